@@ -1,0 +1,39 @@
+# Two commands do all set-up on a fresh Linux machine with Python 3.11:
+#   make demo   generated I-RAVEN data -> cache -> gallery (and, later, short trainings) under runs/demo/
+#   make test   the whole suite
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export NO_ALBUMENTATIONS_UPDATE := 1
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: install test demo bench clean-venv dev
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rpm_lib)" >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+dev: $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+
+test: $(STAMP)
+	$(PY) -m pytest tests -q -p no:cacheprovider --timeout=900
+
+demo: $(STAMP)
+	$(PY) -m rpm_lib.demo --out runs/demo
+
+bench: $(STAMP)
+	$(PY) bench/bench_data.py
+	$(PY) bench/bench_generate.py
+	$(PY) bench/bench_models.py
+
+clean-venv:
+	rm -rf $(VENV)
