@@ -1,0 +1,134 @@
+"""Encoder throughput: forward + backward RPMs per second, one row per registered encoder.
+
+Each step embeds a batch of random RPMs (B, 16, S, S), applies a scoring head and the answer
+cross-entropy, and back-propagates; the optimiser step is left out. On CUDA the step runs under
+bf16 autocast with channels_last weights and inputs (disable with --no-amp / --no-channels-last).
+
+    python bench/bench_models.py                         # CPU, batch 32, 80 px, every encoder
+    python bench/bench_models.py --device cuda           # GPU, bf16 autocast + channels_last
+    python bench/bench_models.py --encoders scl wren --steps 5 --threads 2
+
+Prints a Markdown table, the torch thread count and the exact command.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from rpm_lib.encoders import create_encoder, list_encoders
+from rpm_lib.heads import ScoringHead
+from rpm_lib.losses import answer_cross_entropy
+
+
+@dataclass
+class BenchResult:
+    name: str
+    parameters: int
+    embedding_dim: int
+    seconds_per_step: float
+    batch_size: int
+
+    @property
+    def rpms_per_second(self) -> float:
+        return self.batch_size / self.seconds_per_step
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--encoders", nargs="+", default=None, help="names from list_encoders() (default: all)")
+    parser.add_argument("--backbone", default=None, help="HriNet backbone override (cnn4 / resnet18)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--image-size", type=int, default=80)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per encoder")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per encoder")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    parser.add_argument("--no-amp", action="store_true", help="CUDA: run in fp32 instead of bf16 autocast")
+    parser.add_argument("--no-channels-last", action="store_true", help="CUDA: keep contiguous NCHW")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def bench_encoder(name: str, args: argparse.Namespace, device: torch.device) -> BenchResult:
+    torch.manual_seed(args.seed)
+    kwargs: dict[str, object] = {"image_size": args.image_size}
+    if name == "hrinet" and args.backbone:
+        kwargs["backbone"] = args.backbone
+    encoder = create_encoder(name, **kwargs).to(device).train()
+    head = ScoringHead(encoder.embedding_dim).to(device)
+    use_cuda = device.type == "cuda"
+    channels_last = use_cuda and not args.no_channels_last
+    if channels_last:
+        encoder = encoder.to(memory_format=torch.channels_last)
+    generator = torch.Generator(device="cpu").manual_seed(args.seed)
+    panels = torch.rand(args.batch_size, 16, args.image_size, args.image_size, generator=generator).to(device)
+    if channels_last:
+        panels = panels.contiguous(memory_format=torch.channels_last)
+    target = torch.randint(0, 8, (args.batch_size,), generator=generator).to(device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_cuda and not args.no_amp else nullcontext()
+
+    def step() -> None:
+        encoder.zero_grad(set_to_none=True)
+        head.zero_grad(set_to_none=True)
+        with autocast:
+            loss = answer_cross_entropy(head(encoder(panels)).float(), target)
+        loss.backward()
+
+    for _ in range(args.warmup):
+        step()
+    if use_cuda:
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    if use_cuda:
+        torch.cuda.synchronize(device)
+    elapsed = (time.perf_counter() - start) / args.steps
+    parameters = sum(p.numel() for p in encoder.parameters())
+    return BenchResult(name, parameters, encoder.embedding_dim, elapsed, args.batch_size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda requested but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    names = args.encoders or list_encoders()
+    unknown = sorted(set(names) - set(list_encoders()))
+    if unknown:
+        print(f"error: unknown encoders {unknown}; registered: {list_encoders()}", file=sys.stderr)
+        return 2
+
+    results = [bench_encoder(name, args, device) for name in names]
+
+    if device.type == "cuda":
+        precision = "fp32" if args.no_amp else "bf16 autocast"
+        layout = "NCHW" if args.no_channels_last else "channels_last"
+        hardware = f"{torch.cuda.get_device_name(device)}, {precision}, {layout}"
+    else:
+        hardware = f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads {torch.get_num_threads()}"
+    print(f"## Encoder forward+backward throughput: batch {args.batch_size}, {args.image_size} px, {hardware}\n")
+    print("| encoder | parameters | D | ms / step | RPMs / s |")
+    print("|---|---:|---:|---:|---:|")
+    for result in results:
+        label = result.name + (f" ({args.backbone})" if result.name == "hrinet" and args.backbone else "")
+        print(f"| {label} | {result.parameters:,} | {result.embedding_dim} | "
+              f"{1000 * result.seconds_per_step:.1f} | {result.rpms_per_second:.1f} |")
+    print(f"\ntorch {torch.__version__}, torch threads {torch.get_num_threads()}, "
+          f"{args.warmup} warm-up + {args.steps} timed steps per encoder")
+    print("command: " + shlex.join([sys.executable, *sys.argv]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""Losses: pure functions plus thin ``nn.Module`` wrappers (solo-learn / SupContrast style).
+
+========================== ============================== ==================================
+function                   module                         inputs
+========================== ============================== ==================================
+:func:`mlcl_loss`          :class:`MLCLLoss`              z (M, d), z_neg (M, 7, d), rules (M, R)
+:func:`rule_loss`          :class:`RuleLoss`              logits (B, R), targets (B, R)
+:func:`answer_cross_entropy` :class:`AnswerCrossEntropy`  scores (B, 8), target (B,)
+:func:`copinet_contrast_loss` :class:`CopinetContrastLoss` scores (B, 8), target (B,)
+========================== ============================== ==================================
+
+``LOSSES`` maps a config name to the module class.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from rpm_lib.losses.copinet_contrast import CopinetContrastLoss, copinet_contrast_loss
+from rpm_lib.losses.cross_entropy import AnswerCrossEntropy, answer_cross_entropy
+from rpm_lib.losses.mlcl import NEGATIVE_MODES, NUMERICS, MLCLLoss, mlcl_loss, split_completions
+from rpm_lib.losses.rule import RuleLoss, rule_loss
+
+#: Registry: config name -> loss module class.
+LOSSES: dict[str, type[nn.Module]] = {
+    "mlcl": MLCLLoss,
+    "rule": RuleLoss,
+    "cross_entropy": AnswerCrossEntropy,
+    "copinet_contrast": CopinetContrastLoss,
+}
+
+__all__ = [
+    "LOSSES",
+    "NEGATIVE_MODES",
+    "NUMERICS",
+    "mlcl_loss",
+    "MLCLLoss",
+    "split_completions",
+    "rule_loss",
+    "RuleLoss",
+    "answer_cross_entropy",
+    "AnswerCrossEntropy",
+    "copinet_contrast_loss",
+    "CopinetContrastLoss",
+]
