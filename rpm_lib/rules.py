@@ -1,8 +1,54 @@
 """Rule vocabularies and rule encodings for RAVEN / I-RAVEN and PGM.
 
-(Vocabulary section below; encoders/decoders follow.)
+RAVEN / I-RAVEN labels come from ``meta_matrix`` (8, 9) uint8: row ``4*c + g`` is component ``c`` (0, 1) and
+rule group ``g`` (0 Number/Position, 1 Type, 2 Size, 3 Color); columns are ``META_TARGET_FORMAT`` (one-hot
+relation in columns 0..3, governed attribute(s) in columns 4..8). The joint "Constant on Number/Position"
+rule sets both the Number and the Position column. Rows 4..7 are zero for 1-component configurations.
+
+Encodings (all ``float32`` multi-hot vectors; the OR over the rules of one problem):
+
+* **dense-9** (``raven_dense``): OR over the rows of ``meta_matrix`` = the file's ``meta_target``; columns
+  ``META_TARGET_FORMAT``. Ambiguous (loses which relation goes with which attribute / component).
+* **sparse-38** (``raven_sparse(..., layout="sparse38")``, the paper's encoding, default): one bit per
+  (component, relation, attribute) that can occur. With relation index ``r`` (Constant 0, Progression 1,
+  Arithmetic 2, Distribute_Three 3) and attribute index ``a`` (Number 0, Position 1, Type 2, Size 3,
+  Color 4): ``j = 5*r + a``; ``j == 12`` (Arithmetic, Type) never occurs and is dropped:
+  ``j' = j - (j > 12)``; ``index = 19*c + j'``. Per component (add 19 for component 1):
+
+  ====  ========================  ====  ========================
+  j'    (relation, attribute)     j'    (relation, attribute)
+  ====  ========================  ====  ========================
+  0     Constant, Number          10    Arithmetic, Number
+  1     Constant, Position        11    Arithmetic, Position
+  2     Constant, Type            12    Arithmetic, Size
+  3     Constant, Size            13    Arithmetic, Color
+  4     Constant, Color           14    Distribute_Three, Number
+  5     Progression, Number       15    Distribute_Three, Position
+  6     Progression, Position     16    Distribute_Three, Type
+  7     Progression, Type         17    Distribute_Three, Size
+  8     Progression, Size         18    Distribute_Three, Color
+  9     Progression, Color
+  ====  ========================  ====  ========================
+
+  Constant on Number/Position sets both bits 0 and 1 (as the data does).
+* **sparse-40** (``layout="sparse40"``, the official MLCL code's layout, kept for compatibility): component
+  0: ``index = 4*a + r`` (attribute-major); component 1: ``index = 20 + 5*r + a`` (relation-major). Slots 10
+  and 32 (Arithmetic, Type) are always 0.
+
+PGM labels come from ``relation_structure_encoded`` (4, 12): one row per (object, attribute, relation)
+triple (unused rows zero), columns ``PGM_META_TARGET_FORMAT`` (objects 0..1, attributes 2..6, relations
+7..11). **dense-12** (``pgm_dense``) = OR over rows = ``meta_target``. **sparse-50** (``pgm_sparse``, the
+official layout): ``index = 25*object + 5*attribute + relation`` with the block-local indices of
+``PGM_OBJECTS``, ``PGM_ATTRIBUTES``, ``PGM_RELATIONS``.
+
+Every parser raises ``ValueError`` naming the offending row when a label array is malformed; the data
+layer re-raises it as ``rpm_lib.data.DataFormatError`` with the file name.
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
 
 # ----------------------------------------------------------------------------------------------
 # RAVEN / I-RAVEN vocabulary
@@ -41,3 +87,433 @@ META_TARGET_FORMAT: tuple[str, ...] = RELATIONS + ATTRIBUTES
 
 #: Rule groups, i.e. the row inside a component's 4-row block of ``meta_matrix``.
 RULE_GROUPS: tuple[str, ...] = ("Number/Position", "Type", "Size", "Color")
+
+#: Component names per configuration, component index 0 first (as in the .xml ``<Component id=...>``).
+COMPONENT_NAMES: dict[str, tuple[str, ...]] = {
+    "center_single": ("Grid",),
+    "distribute_four": ("Grid",),
+    "distribute_nine": ("Grid",),
+    "left_center_single_right_center_single": ("Left", "Right"),
+    "up_center_single_down_center_single": ("Up", "Down"),
+    "in_center_single_out_center_single": ("Out", "In"),
+    "in_distribute_four_out_center_single": ("Out", "In"),
+}
+
+#: At most 2 components per configuration; ``meta_matrix`` has 4 rows (rule groups) per component.
+MAX_COMPONENTS: int = 2
+
+#: The name under which the joint Constant rule on the layout is serialised (.xml ``attr``).
+NUMBER_POSITION: str = "Number/Position"
+
+#: The 19 (relation, attribute) pairs that can govern a component, in the canonical sparse-38 order
+#: ``j = 5 * relation + attribute`` with the never-occurring ``(Arithmetic, Type)`` (j = 12) removed.
+#: Constant appears on Number and on Position separately: the joint "Constant on Number/Position" rule
+#: sets both bits (as ``meta_matrix`` does).
+RAVEN_RULE_PAIRS: tuple[tuple[str, str], ...] = tuple(
+    (relation, attribute)
+    for relation in RELATIONS
+    for attribute in ATTRIBUTES
+    if (relation, attribute) != ("Arithmetic", "Type")
+)
+
+#: Length of each RAVEN sparse layout.
+RAVEN_SPARSE_DIMS: dict[str, int] = {"sparse38": 38, "sparse40": 40}
+
+#: A RAVEN rule: (component index, relation, attribute); attribute is ``"Number/Position"`` for the
+#: joint Constant rule on the layout.
+RavenRule = tuple[int, str, str]
+
+# ----------------------------------------------------------------------------------------------
+# PGM vocabulary (deepmind/abstract-reasoning-matrices)
+# ----------------------------------------------------------------------------------------------
+
+#: The 8 generalisation regimes (folder / file-name spelling of the release).
+PGM_REGIMES: tuple[str, ...] = (
+    "neutral",
+    "interpolation",
+    "extrapolation",
+    "attr.rel.pairs",
+    "attr.rels",
+    "attrs.pairs",
+    "attrs.shape.color",
+    "attrs.line.type",
+)
+
+#: Objects (columns 0..1 of ``relation_structure_encoded`` / ``meta_target``).
+PGM_OBJECTS: tuple[str, ...] = ("shape", "line")
+
+#: Attributes (columns 2..6).
+PGM_ATTRIBUTES: tuple[str, ...] = ("color", "number", "position", "size", "type")
+
+#: Relations (columns 7..11).
+PGM_RELATIONS: tuple[str, ...] = ("progression", "XOR", "OR", "AND", "consistent_union")
+
+#: PGM ``meta_target`` / ``relation_structure_encoded`` column names (12).
+PGM_META_TARGET_FORMAT: tuple[str, ...] = PGM_OBJECTS + PGM_ATTRIBUTES + PGM_RELATIONS
+
+#: Length of the PGM sparse encoding (2 objects x 5 attributes x 5 relations).
+PGM_SPARSE_DIM: int = 50
+
+#: A PGM rule: (object, attribute, relation), e.g. ``("shape", "position", "AND")``.
+PgmTriple = tuple[str, str, str]
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def resolve_configuration(name: str) -> str:
+    """Folder name of a RAVEN configuration given its folder name or the paper's short name.
+
+    Raises ``ValueError`` for an unknown name (the message lists the valid ones).
+    """
+    if name in CONFIGURATIONS:
+        return name
+    for folder, short in SHORT_NAMES.items():
+        if name == short:
+            return folder
+    raise ValueError(
+        f"unknown RAVEN configuration {name!r}; expected one of {list(CONFIGURATIONS)} "
+        f"or a short name {list(SHORT_NAMES.values())}"
+    )
+
+
+def _binary_array(array: np.ndarray | Sequence, name: str, ndim: int, width: int) -> np.ndarray:
+    """``array`` as a uint8 0/1 array with ``ndim`` dims whose last dim is ``width``; ValueError otherwise."""
+    arr = np.asarray(array)
+    if arr.ndim != ndim or arr.shape[-1] != width:
+        raise ValueError(f"{name}: expected {ndim} dims with last dim {width}, got shape {arr.shape}")
+    if not (np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.floating)):
+        raise ValueError(f"{name}: expected a numeric 0/1 array, got dtype {arr.dtype}")
+    if arr.size and not ((arr == 0) | (arr == 1)).all():
+        raise ValueError(f"{name}: values must be 0 or 1, got {sorted(set(np.unique(arr).tolist()))}")
+    return arr.astype(np.uint8)
+
+
+def _active(vector: np.ndarray | Sequence, dim: int, name: str, threshold: float) -> np.ndarray:
+    """Indices of the entries of a 1-D length-``dim`` vector that exceed ``threshold``."""
+    vec = np.asarray(vector, dtype=np.float64)
+    if vec.shape != (dim,):
+        raise ValueError(f"{name}: expected a vector of shape ({dim},), got {vec.shape}")
+    return np.flatnonzero(vec > threshold)
+
+
+# ----------------------------------------------------------------------------------------------
+# RAVEN / I-RAVEN: rules from meta_matrix and their encodings
+# ----------------------------------------------------------------------------------------------
+
+
+def _raven_index_table(layout: str) -> np.ndarray:
+    """int64 (2, 4, 5): sparse index of (component, relation, attribute), -1 where not encodable."""
+    table = np.full((MAX_COMPONENTS, len(RELATIONS), len(ATTRIBUTES)), -1, dtype=np.int64)
+    for c in range(MAX_COMPONENTS):
+        for r in range(len(RELATIONS)):
+            for a in range(len(ATTRIBUTES)):
+                if layout == "sparse38":
+                    j = 5 * r + a
+                    if j == 12:  # (Arithmetic, Type): never generated, not part of the paper's 38
+                        continue
+                    table[c, r, a] = 19 * c + j - (j > 12)
+                elif layout == "sparse40":
+                    table[c, r, a] = 4 * a + r if c == 0 else 20 + 5 * r + a
+                else:
+                    raise ValueError(f"unknown RAVEN sparse layout {layout!r}; expected one of {list(RAVEN_SPARSE_DIMS)}")
+    return table
+
+
+_RAVEN_INDEX: dict[str, np.ndarray] = {layout: _raven_index_table(layout) for layout in RAVEN_SPARSE_DIMS}
+
+
+def _raven_index(layout: str) -> np.ndarray:
+    try:
+        return _RAVEN_INDEX[layout]
+    except KeyError:
+        raise ValueError(
+            f"unknown RAVEN sparse layout {layout!r}; expected one of {list(RAVEN_SPARSE_DIMS)}"
+        ) from None
+
+
+def raven_rules_from_meta_matrix(meta_matrix: np.ndarray) -> list[RavenRule]:
+    """The rules of one RAVEN problem, validated.
+
+    Args:
+        meta_matrix: (8, 9) 0/1 array (any integer, bool or float dtype).
+
+    Returns:
+        ``[(component, relation, attribute), ...]`` in ``meta_matrix`` row order (component 0 first, then
+        groups Number/Position, Type, Size, Color): 4 rules per present component. The joint Constant rule on
+        the layout is ONE entry with attribute ``"Number/Position"``.
+
+    Raises:
+        ValueError: wrong shape or values, a row without exactly one relation bit, attributes that do not
+        match the row's rule group, Arithmetic on Type, or component 0 absent.
+    """
+    matrix = _binary_array(meta_matrix, "meta_matrix", 2, len(META_TARGET_FORMAT))
+    if matrix.shape[0] != 4 * MAX_COMPONENTS:
+        raise ValueError(f"meta_matrix: expected shape (8, 9), got {matrix.shape}")
+    rows = matrix.tolist()  # plain lists: this runs once per sample, numpy calls per row are slower
+    rules: list[RavenRule] = []
+    for c in range(MAX_COMPONENTS):
+        block = rows[4 * c : 4 * c + 4]
+        if not any(any(row) for row in block):
+            if c == 0:
+                raise ValueError("meta_matrix: rows 0-3 (component 0) are all zero")
+            continue  # 1-component configuration
+        for g, row in enumerate(block):
+            where = f"meta_matrix row {4 * c + g} {row}"
+            relation_bits = [i for i in range(4) if row[i]]
+            if len(relation_bits) != 1:
+                raise ValueError(f"{where}: expected exactly one relation bit in columns 0-3")
+            relation = RELATIONS[relation_bits[0]]
+            attributes = tuple(ATTRIBUTES[a] for a in range(len(ATTRIBUTES)) if row[4 + a])
+            if g == 0:
+                if relation == "Constant" and attributes == ("Number", "Position"):
+                    attribute = NUMBER_POSITION
+                elif relation != "Constant" and attributes in (("Number",), ("Position",)):
+                    attribute = attributes[0]
+                else:
+                    raise ValueError(
+                        f"{where}: the Number/Position group needs Constant on both Number and Position, "
+                        f"or another relation on exactly one of them; got {relation} on {list(attributes)}"
+                    )
+            elif attributes == (RULE_GROUPS[g],):
+                attribute = attributes[0]
+            else:
+                raise ValueError(f"{where}: rule group {RULE_GROUPS[g]} must govern exactly {RULE_GROUPS[g]}, got {list(attributes)}")
+            if (relation, attribute) == ("Arithmetic", "Type"):
+                raise ValueError(f"{where}: Arithmetic on Type never occurs in RAVEN")
+            rules.append((c, relation, attribute))
+    return rules
+
+
+def raven_dense(meta_matrix: np.ndarray) -> np.ndarray:
+    """Dense-9 label: float32 (9,) OR over the rows of ``meta_matrix`` (columns ``META_TARGET_FORMAT``).
+
+    Equals the file's ``meta_target``.
+    """
+    matrix = _binary_array(meta_matrix, "meta_matrix", 2, len(META_TARGET_FORMAT))
+    return matrix.max(axis=0).astype(np.float32)
+
+
+def _raven_cells(meta_matrices: np.ndarray) -> np.ndarray:
+    """bool (N, 2, 4, 5): (component, relation, attribute) cells set by a batch of meta matrices.
+
+    A row's relation one-hot times its attribute bits gives its cells (Constant N/P: two cells).
+    """
+    rows = meta_matrices.reshape(-1, MAX_COMPONENTS, 4, len(META_TARGET_FORMAT)).astype(bool)
+    cells = rows[..., :4, None] & rows[..., None, 4:]  # (N, c, group, relation, attribute)
+    return cells.any(axis=2)
+
+
+def raven_sparse_batch(meta_matrices: np.ndarray, layout: str = "sparse38") -> np.ndarray:
+    """Sparse labels of many problems at once: (N, 8, 9) 0/1 -> float32 (N, 38 | 40).
+
+    Assumes each matrix is well formed (``raven_rules_from_meta_matrix`` passes); still raises
+    ``ValueError`` when a rule has no slot in ``layout`` (Arithmetic on Type under sparse-38).
+    """
+    table = _raven_index(layout)
+    matrices = _binary_array(meta_matrices, "meta_matrices", 3, len(META_TARGET_FORMAT))
+    if matrices.shape[1] != 4 * MAX_COMPONENTS:
+        raise ValueError(f"meta_matrices: expected shape (N, 8, 9), got {matrices.shape}")
+    cells = _raven_cells(matrices)
+    if (cells & (table < 0)).any():
+        raise ValueError(f"meta_matrices: a rule (Arithmetic on Type) has no slot in layout {layout}")
+    out = np.zeros((len(matrices), RAVEN_SPARSE_DIMS[layout]), dtype=np.float32)
+    n, c, r, a = np.nonzero(cells)
+    out[n, table[c, r, a]] = 1.0
+    return out
+
+
+def raven_sparse(meta_matrix: np.ndarray, layout: str = "sparse38") -> np.ndarray:
+    """Sparse label of one problem: float32 (38,) for ``"sparse38"`` (default) or (40,) for ``"sparse40"``.
+
+    See the module docstring for the index layouts. Validates ``meta_matrix`` first.
+    """
+    table = _raven_index(layout)
+    out = np.zeros(RAVEN_SPARSE_DIMS[layout], dtype=np.float32)
+    for c, relation, attribute in raven_rules_from_meta_matrix(meta_matrix):
+        r = RELATIONS.index(relation)
+        for name in ("Number", "Position") if attribute == NUMBER_POSITION else (attribute,):
+            out[table[c, r, ATTRIBUTES.index(name)]] = 1.0
+    return out
+
+
+def decode_raven_sparse_rules(
+    vector: np.ndarray | Sequence[float], layout: str = "sparse38", threshold: float = 0.5
+) -> list[RavenRule]:
+    """Rules encoded by a sparse vector (labels or predicted probabilities; entries > ``threshold`` are on).
+
+    Returns ``(component, relation, attribute)`` sorted by component, attribute, relation; a Constant
+    Number bit together with the Constant Position bit of the same component becomes one
+    ``(c, "Constant", "Number/Position")`` entry (one bit alone stays as it is).
+    """
+    table = _raven_index(layout)
+    found: set[tuple[int, int, int]] = set()
+    for index in _active(vector, RAVEN_SPARSE_DIMS[layout], f"{layout} vector", threshold):
+        c, r, a = (int(v[0]) for v in np.nonzero(table == index))
+        found.add((c, r, a))
+    number, position, constant = ATTRIBUTES.index("Number"), ATTRIBUTES.index("Position"), 0
+    rules: list[tuple[int, int, int, str]] = []
+    for c, r, a in sorted(found, key=lambda cra: (cra[0], cra[2], cra[1])):
+        if r == constant and a in (number, position) and {(c, constant, number), (c, constant, position)} <= found:
+            if a == number:
+                rules.append((c, r, a, NUMBER_POSITION))
+            continue
+        rules.append((c, r, a, ATTRIBUTES[a]))
+    return [(c, RELATIONS[r], name) for c, r, _a, name in rules]
+
+
+def format_raven_rule(rule: RavenRule, component_names: Sequence[str] | None = None) -> str:
+    """``"component 0: Progression on Size"``, or ``"Left: Progression on Size"`` with component names."""
+    c, relation, attribute = rule
+    who = component_names[c] if component_names is not None else f"component {c}"
+    return f"{who}: {relation} on {attribute}"
+
+
+def decode_raven_sparse(
+    vector: np.ndarray | Sequence[float], layout: str = "sparse38", threshold: float = 0.5
+) -> list[str]:
+    """Readable rules of a sparse vector, e.g. ``["component 0: Constant on Number/Position", ...]``."""
+    return [format_raven_rule(rule) for rule in decode_raven_sparse_rules(vector, layout, threshold)]
+
+
+def decode_raven_dense(vector: np.ndarray | Sequence[float], threshold: float = 0.5) -> list[str]:
+    """Names (``META_TARGET_FORMAT``) of the active entries of a dense-9 vector."""
+    return [META_TARGET_FORMAT[i] for i in _active(vector, len(META_TARGET_FORMAT), "dense-9 vector", threshold)]
+
+
+def describe_raven_rules(meta_matrix: np.ndarray, configuration: str | None = None) -> list[str]:
+    """One readable line per rule, e.g. ``"Left: Progression on Size"``.
+
+    Args:
+        meta_matrix: (8, 9) 0/1.
+        configuration: folder or short name; when given, components are named (Grid / Left / Right / Up /
+            Down / Out / In) and the number of components is checked against the configuration.
+    """
+    rules = raven_rules_from_meta_matrix(meta_matrix)
+    if configuration is None:
+        return [format_raven_rule(rule) for rule in rules]
+    folder = resolve_configuration(configuration)
+    names = COMPONENT_NAMES[folder]
+    present = {c for c, _r, _a in rules}
+    if present != set(range(len(names))):
+        raise ValueError(
+            f"meta_matrix has rules for components {sorted(present)} but configuration {folder} "
+            f"has {len(names)} component(s) {list(names)}"
+        )
+    return [format_raven_rule(rule, names) for rule in rules]
+
+
+def requires_position_preserving(meta_matrix: np.ndarray) -> bool:
+    """True when the problem's rules depend on absolute positions, so only position-preserving
+    augmentations (flips, 90-degree rotations, transposes) are safe.
+
+    RAVEN ``meta_matrix`` (8, 9): any row with (Progression or Arithmetic) and Position, i.e.
+    ``(col1 or col2) and col5`` (the official MLCL rule). A PGM ``relation_structure_encoded`` (n, 12) is
+    accepted too and dispatched to ``pgm_requires_position_preserving``.
+    """
+    arr = np.asarray(meta_matrix)
+    if arr.ndim == 2 and arr.shape[1] == len(PGM_META_TARGET_FORMAT):
+        return pgm_requires_position_preserving(arr)
+    matrix = _binary_array(arr, "meta_matrix", 2, len(META_TARGET_FORMAT))
+    return bool((((matrix[:, 1] | matrix[:, 2]) & matrix[:, 5]) > 0).any())
+
+
+# ----------------------------------------------------------------------------------------------
+# PGM: triples from relation_structure_encoded and their encodings
+# ----------------------------------------------------------------------------------------------
+
+_N_OBJ, _N_ATTR, _N_REL = len(PGM_OBJECTS), len(PGM_ATTRIBUTES), len(PGM_RELATIONS)
+
+
+def _pgm_matrix(relation_structure_encoded: np.ndarray) -> np.ndarray:
+    matrix = _binary_array(relation_structure_encoded, "relation_structure_encoded", 2, len(PGM_META_TARGET_FORMAT))
+    if matrix.shape[0] < 1:
+        raise ValueError("relation_structure_encoded: no rows")
+    return matrix
+
+
+def pgm_triples(relation_structure_encoded: np.ndarray) -> list[PgmTriple]:
+    """The (object, attribute, relation) triples of one PGM problem, in row order.
+
+    Args:
+        relation_structure_encoded: (n, 12) 0/1 (n = 4 in the release; all-zero rows are unused slots).
+
+    Raises:
+        ValueError: a non-zero row without exactly one object, one attribute and one relation bit, or no
+        triple at all.
+    """
+    matrix = _pgm_matrix(relation_structure_encoded)
+    triples: list[PgmTriple] = []
+    for i, row in enumerate(matrix):
+        if not row.any():
+            continue
+        o = np.flatnonzero(row[:_N_OBJ])
+        a = np.flatnonzero(row[_N_OBJ : _N_OBJ + _N_ATTR])
+        r = np.flatnonzero(row[_N_OBJ + _N_ATTR :])
+        if not (len(o) == len(a) == len(r) == 1):
+            raise ValueError(
+                f"relation_structure_encoded row {i} {row.tolist()}: expected exactly one object (cols 0-1), "
+                f"one attribute (cols 2-6) and one relation (cols 7-11)"
+            )
+        triples.append((PGM_OBJECTS[o[0]], PGM_ATTRIBUTES[a[0]], PGM_RELATIONS[r[0]]))
+    if not triples:
+        raise ValueError("relation_structure_encoded: all rows are zero (no rule)")
+    return triples
+
+
+def pgm_dense(relation_structure_encoded: np.ndarray) -> np.ndarray:
+    """Dense-12 label: float32 (12,) OR over rows (columns ``PGM_META_TARGET_FORMAT``) = ``meta_target``."""
+    return _pgm_matrix(relation_structure_encoded).max(axis=0).astype(np.float32)
+
+
+def pgm_sparse_index(obj: str, attribute: str, relation: str) -> int:
+    """Sparse-50 index ``25*object + 5*attribute + relation`` of a triple (block-local indices)."""
+    return _N_ATTR * _N_REL * PGM_OBJECTS.index(obj) + _N_REL * PGM_ATTRIBUTES.index(attribute) + PGM_RELATIONS.index(relation)
+
+
+def pgm_sparse(relation_structure_encoded: np.ndarray) -> np.ndarray:
+    """Sparse-50 label: float32 (50,), one bit per triple (see ``pgm_sparse_index``). Validates rows."""
+    out = np.zeros(PGM_SPARSE_DIM, dtype=np.float32)
+    for triple in pgm_triples(relation_structure_encoded):
+        out[pgm_sparse_index(*triple)] = 1.0
+    return out
+
+
+def pgm_sparse_batch(relation_structures: np.ndarray) -> np.ndarray:
+    """Sparse-50 labels of many problems: (N, n, 12) 0/1 -> float32 (N, 50). Assumes well-formed rows."""
+    matrices = _binary_array(relation_structures, "relation_structures", 3, len(PGM_META_TARGET_FORMAT)).astype(bool)
+    obj, attr, rel = (
+        matrices[..., :_N_OBJ],
+        matrices[..., _N_OBJ : _N_OBJ + _N_ATTR],
+        matrices[..., _N_OBJ + _N_ATTR :],
+    )
+    cells = (obj[..., :, None, None] & attr[..., None, :, None] & rel[..., None, None, :]).any(axis=1)
+    return cells.reshape(len(matrices), PGM_SPARSE_DIM).astype(np.float32)
+
+
+def decode_pgm_sparse_triples(vector: np.ndarray | Sequence[float], threshold: float = 0.5) -> list[PgmTriple]:
+    """Triples encoded by a sparse-50 vector (entries > ``threshold`` are on), in index order."""
+    triples = []
+    for index in _active(vector, PGM_SPARSE_DIM, "sparse-50 vector", threshold):
+        o, rest = divmod(int(index), _N_ATTR * _N_REL)
+        a, r = divmod(rest, _N_REL)
+        triples.append((PGM_OBJECTS[o], PGM_ATTRIBUTES[a], PGM_RELATIONS[r]))
+    return triples
+
+
+def decode_pgm_sparse(vector: np.ndarray | Sequence[float], threshold: float = 0.5) -> list[str]:
+    """Readable triples of a sparse-50 vector, e.g. ``["AND on shape position"]``."""
+    return [f"{r} on {o} {a}" for o, a, r in decode_pgm_sparse_triples(vector, threshold)]
+
+
+def decode_pgm_dense(vector: np.ndarray | Sequence[float], threshold: float = 0.5) -> list[str]:
+    """Names (``PGM_META_TARGET_FORMAT``) of the active entries of a dense-12 vector."""
+    return [PGM_META_TARGET_FORMAT[i] for i in _active(vector, len(PGM_META_TARGET_FORMAT), "dense-12 vector", threshold)]
+
+
+def pgm_requires_position_preserving(relation_structure_encoded: np.ndarray) -> bool:
+    """True when a row has position (col 4) and progression (col 7) (the official MLCL rule for PGM)."""
+    matrix = _pgm_matrix(relation_structure_encoded)
+    return bool((matrix[:, 4] & matrix[:, 7]).any())

@@ -1,0 +1,482 @@
+"""The memory-mapped cache of resized problems (``rpm-data prepare``).
+
+Layout of a finished cache folder (N rows, S px)::
+
+    manifest.json     written last: its presence marks the cache complete (kind, size, resize, counts, plan)
+    panels.npy        uint8 (N, 16, S, S), file answer order, memory-mapped on read
+    targets.npy       int64 (N,)          correct choice in file order
+    meta.npy          uint8 (N, 8, 9) RAVEN meta_matrix | (N, 4, 12) PGM relation_structure_encoded
+    meta_target.npy   uint8 (N, 9) | (N, 12)
+    groups.npy        int16 (N,)  index into rules.CONFIGURATIONS (RAVEN) / rules.PGM_REGIMES (PGM)
+    splits.npy        int8 (N,)   index into raw_files.SPLITS
+    file_ids.npy      int64 (N,)  k of RAVEN_<k>_<split> / id of PGM_<regime>_<split>_<id>
+    valid.npy         bool (N,)   False for rows of files skipped with on_error="skip" (zero pixels)
+    skipped.txt       one "<file>\\t<reason>" line per skipped file (on_error="skip" only)
+
+Rows are ordered by group (``rules`` order), then file id. The build writes into ``<out>.partial/``
+with a journal of finished chunks (``journal.jsonl``) and resumes from it; only a complete build gets a
+manifest and is renamed to ``<out>``, so an interrupted run never leaves something that looks complete.
+Workers (processes) write disjoint row ranges of the same memory-mapped ``panels.npy``; nothing holds
+the whole dataset in RAM.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from rpm_lib import rules
+from rpm_lib.data.errors import DataFormatError
+from rpm_lib.data.raw_files import SPLITS, RawFile, find_pgm_files, find_raven_files, pgm_source_id, raven_source_id
+from rpm_lib.data.resize import check_resize, resize_panels
+from rpm_lib.data.validation import NUM_PANELS, PGM_MAX_TRIPLES, RpmRecord, load_pgm_npz, load_raven_npz
+
+CACHE_FORMAT = "rpm_lib-cache"
+CACHE_VERSION = 1
+MANIFEST = "manifest.json"
+JOURNAL = "journal.jsonl"
+PLAN = "plan.json"
+SKIPPED = "skipped.txt"
+ON_ERROR = ("stop", "skip")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    name: str
+    groups: tuple[str, ...]
+    meta_shape: tuple[int, ...]
+    meta_target_dim: int
+    load: Callable[..., RpmRecord]
+    source_id: Callable[[str, int, str], str]
+
+
+KINDS: dict[str, _Kind] = {
+    "raven": _Kind("raven", rules.CONFIGURATIONS, (8, len(rules.META_TARGET_FORMAT)), len(rules.META_TARGET_FORMAT), load_raven_npz, raven_source_id),
+    "pgm": _Kind("pgm", rules.PGM_REGIMES, (PGM_MAX_TRIPLES, len(rules.PGM_META_TARGET_FORMAT)), len(rules.PGM_META_TARGET_FORMAT), load_pgm_npz, pgm_source_id),
+}
+
+
+def kind_spec(kind: str) -> _Kind:
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown dataset kind {kind!r}; expected one of {list(KINDS)}") from None
+
+
+def is_cache(path: str | Path) -> bool:
+    """True when ``path`` is a complete cache (has a manifest)."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise DataFormatError(f"{path}: not a complete rpm_lib cache (no {MANIFEST})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataFormatError(f"{path / MANIFEST}: unreadable manifest ({error})") from None
+    if manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
+        raise DataFormatError(
+            f"{path / MANIFEST}: not an rpm_lib cache of version {CACHE_VERSION} "
+            f"(format={manifest.get('format')!r}, version={manifest.get('version')!r})"
+        )
+    return manifest
+
+
+# ----------------------------------------------------------------------------------------------
+# Building
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Chunk:
+    """A contiguous range of rows converted by one worker call."""
+
+    chunk_id: int
+    start: int
+    paths: list[str]
+    kind: str
+    size: int
+    resize: str
+    panels_path: str
+    on_error: str
+
+
+@dataclass
+class _ChunkResult:
+    chunk_id: int
+    start: int
+    ok: np.ndarray  # bool (n,)
+    targets: np.ndarray  # int64 (n,)
+    meta: np.ndarray  # uint8 (n, ...)
+    meta_target: np.ndarray  # uint8 (n, d)
+    skipped: list[tuple[str, str]]
+
+
+def _init_worker() -> None:
+    import cv2
+
+    cv2.setNumThreads(1)  # one process per core already; avoid oversubscription
+
+
+def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
+    """Load, validate and resize the chunk's files into its rows of ``panels.npy``; return its labels."""
+    spec = KINDS[chunk.kind]
+    n = len(chunk.paths)
+    result = _ChunkResult(
+        chunk.chunk_id,
+        chunk.start,
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=np.int64),
+        np.zeros((n, *spec.meta_shape), dtype=np.uint8),
+        np.zeros((n, spec.meta_target_dim), dtype=np.uint8),
+        [],
+    )
+    panels = np.load(chunk.panels_path, mmap_mode="r+")
+    try:
+        for j, path in enumerate(chunk.paths):
+            try:
+                record = spec.load(path)
+                resized = resize_panels(record.panels, chunk.size, chunk.resize)
+            except (DataFormatError, ValueError) as error:
+                message = str(error) if isinstance(error, DataFormatError) else f"{path}: {error}"
+                if chunk.on_error == "stop":
+                    raise DataFormatError(message) from None
+                result.skipped.append((path, message))
+                continue
+            panels[chunk.start + j] = resized
+            result.ok[j] = True
+            result.targets[j] = record.target
+            result.meta[j] = record.meta
+            result.meta_target[j] = record.meta_target
+        panels.flush()
+    finally:
+        del panels
+    return result
+
+
+def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, chunk_size: int) -> dict:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f.path.relative_to(root)}\n".encode())
+    return {
+        "kind": kind,
+        "image_size": size,
+        "resize": resize,
+        "source_root": str(root),
+        "num_rows": len(files),
+        "files_sha256": digest.hexdigest(),
+        "chunk_size": chunk_size,
+    }
+
+
+def _same_inputs(a: dict, b: dict) -> bool:
+    keys = ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _allocate(partial: Path, spec: _Kind, files: list[RawFile], size: int, plan: dict) -> None:
+    """Create the partial folder: row index arrays, empty memory-mapped outputs, then the plan."""
+    partial.mkdir(parents=True)
+    n = len(files)
+    np.save(partial / "groups.npy", np.array([spec.groups.index(f.group) for f in files], dtype=np.int16))
+    np.save(partial / "splits.npy", np.array([SPLITS.index(f.split) for f in files], dtype=np.int8))
+    np.save(partial / "file_ids.npy", np.array([f.file_id for f in files], dtype=np.int64))
+    outputs = {
+        "panels.npy": (np.uint8, (n, NUM_PANELS, size, size)),
+        "targets.npy": (np.int64, (n,)),
+        "meta.npy": (np.uint8, (n, *spec.meta_shape)),
+        "meta_target.npy": (np.uint8, (n, spec.meta_target_dim)),
+        "valid.npy": (np.bool_, (n,)),
+    }
+    for name, (dtype, shape) in outputs.items():
+        array = np.lib.format.open_memmap(partial / name, mode="w+", dtype=dtype, shape=shape)
+        array.flush()
+        del array
+    (partial / JOURNAL).touch()
+    _write_json_atomic(partial / PLAN, plan)  # last: its presence means the folder is fully allocated
+
+
+def _read_journal(partial: Path) -> tuple[set[int], list[tuple[str, str]]]:
+    """Finished chunk ids and the files they skipped. A torn last line (killed mid-write) is ignored."""
+    done: set[int] = set()
+    skipped: list[tuple[str, str]] = []
+    journal = partial / JOURNAL
+    if not journal.exists():
+        return done, skipped
+    for line in journal.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        done.add(int(entry["chunk"]))
+        skipped.extend((path, reason) for path, reason in entry["skipped"])
+    return done, skipped
+
+
+def _remove_partial(partial: Path) -> None:
+    """Delete a stale partial build, but only if it looks like one of ours."""
+    ours = {PLAN, JOURNAL, PLAN + ".tmp", MANIFEST, MANIFEST + ".tmp", SKIPPED, "panels.npy", "targets.npy", "meta.npy",
+            "meta_target.npy", "valid.npy", "groups.npy", "splits.npy", "file_ids.npy"}
+    strangers = [p.name for p in partial.iterdir() if p.name not in ours]
+    if strangers:
+        raise DataFormatError(f"{partial}: unexpected files {strangers} in the partial cache folder; remove it by hand")
+    shutil.rmtree(partial)
+
+
+def prepare_cache(
+    root: str | Path,
+    out: str | Path,
+    size: int = 80,
+    workers: int = 1,
+    kind: str = "raven",
+    on_error: str = "stop",
+    *,
+    resize: str = "area",
+    configurations: Sequence[str] | None = None,
+    regimes: Sequence[str] | None = None,
+    chunk_size: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+    show_progress: bool = True,
+) -> Path:
+    """Convert a raw dataset folder into a memory-mapped cache of ``size`` px panels (all splits).
+
+    Args:
+        root: raw RAVEN / I-RAVEN folder (``<root>/<configuration>/RAVEN_<k>_<split>.npz``) or PGM folder.
+        out: cache folder to create (it is built in ``<out>.partial`` and renamed when complete).
+        size: panel side in px after resizing (160 keeps the originals).
+        workers: processes converting files in parallel (1 = in this process).
+        kind: ``"raven"`` or ``"pgm"``.
+        on_error: ``"stop"`` raises ``DataFormatError`` at the first bad file (finished chunks are kept and
+            a rerun resumes); ``"skip"`` leaves the row invalid, lists the file and reason in
+            ``<out>/skipped.txt`` and prints the count.
+        resize: ``"area"`` (2x2 mean for 160 -> 80) or ``"stride"`` (every 2nd pixel, MLCL's PGM parity).
+        configurations: RAVEN only: folder or short names to include (default: every folder present).
+        regimes: PGM only: regimes to include (default: every regime found).
+        chunk_size: files per unit of work and of resumable progress.
+        progress: called as ``progress(files_done, files_total)`` after each finished chunk.
+        show_progress: show a tqdm bar on stderr.
+
+    Returns:
+        ``Path(out)``. When ``out`` already holds a complete cache of the same inputs and settings it is
+        returned untouched.
+
+    Raises:
+        DataFormatError: bad root / files (see ``find_raven_files``, ``load_raven_npz``), or ``out`` exists
+        and is something else.
+    """
+    spec = kind_spec(kind)
+    check_resize(resize)
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {list(ON_ERROR)}, got {on_error!r}")
+    if size < 1 or workers < 1 or chunk_size < 1:
+        raise ValueError(f"size, workers and chunk_size must be >= 1 (got {size}, {workers}, {chunk_size})")
+    root = Path(root).resolve()
+    if kind == "raven":
+        if regimes is not None:
+            raise ValueError("regimes= applies to kind='pgm' only")
+        files = find_raven_files(root, configurations)
+    else:
+        if configurations is not None:
+            raise ValueError("configurations= applies to kind='raven' only")
+        files = find_pgm_files(root, regimes)
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    plan = _plan(kind, root, files, size, resize, chunk_size)
+
+    if is_cache(out):
+        if _same_inputs(read_manifest(out)["plan"], plan):
+            print(f"{out}: cache is complete and up to date", file=sys.stderr)
+            return out
+        raise DataFormatError(f"{out}: a cache built from other inputs or settings exists; delete it or choose another --out")
+    if out.exists():
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        else:
+            raise DataFormatError(f"{out}: exists and is not an rpm_lib cache; refusing to overwrite it")
+
+    if partial.exists():
+        try:
+            previous = json.loads((partial / PLAN).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            previous = None
+        if previous is None or not _same_inputs(previous, plan) or previous.get("chunk_size") != chunk_size:
+            print(f"{partial}: discarding an interrupted build of other inputs/settings", file=sys.stderr)
+            _remove_partial(partial)
+        elif is_cache(partial):  # finished, killed before the rename
+            os.rename(partial, out)
+            return out
+    if not partial.exists():
+        _allocate(partial, spec, files, size, plan)
+
+    done, skipped = _read_journal(partial)
+    starts = range(0, len(files), chunk_size)
+    chunks = [
+        _Chunk(i, start, [str(f.path) for f in files[start : start + chunk_size]], kind, size, resize,
+               str(partial / "panels.npy"), on_error)
+        for i, start in enumerate(starts)
+        if i not in done
+    ]
+    files_done = len(files) - sum(len(c.paths) for c in chunks)
+    labels = {name: np.load(partial / f"{name}.npy", mmap_mode="r+") for name in ("targets", "meta", "meta_target", "valid")}
+    bar = tqdm(total=len(files), initial=files_done, unit="RPM", desc=f"prepare {out.name}", disable=not show_progress)
+    try:
+        with open(partial / JOURNAL, "a") as journal:
+
+            def record(result: _ChunkResult) -> None:
+                nonlocal files_done
+                rows = slice(result.start, result.start + len(result.ok))
+                labels["targets"][rows] = result.targets
+                labels["meta"][rows] = result.meta
+                labels["meta_target"][rows] = result.meta_target
+                labels["valid"][rows] = result.ok
+                for array in labels.values():
+                    array.flush()
+                journal.write(json.dumps({"chunk": result.chunk_id, "skipped": result.skipped}) + "\n")
+                journal.flush()
+                os.fsync(journal.fileno())
+                skipped.extend(result.skipped)
+                files_done += len(result.ok)
+                bar.update(len(result.ok))
+                if progress is not None:
+                    progress(files_done, len(files))
+
+            if workers == 1 or len(chunks) <= 1:
+                for chunk in chunks:
+                    record(_convert_chunk(chunk))
+            else:
+                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+                context = multiprocessing.get_context(method)
+                with context.Pool(min(workers, len(chunks)), initializer=_init_worker) as pool:
+                    for result in pool.imap_unordered(_convert_chunk, chunks):
+                        record(result)
+    finally:
+        bar.close()
+        labels.clear()  # drop the memmaps before the folder is renamed
+
+    _finish(partial, out, spec, plan, skipped, on_error)
+    if on_error == "skip":
+        print(f"skipped {len(skipped)} file(s); see {out / SKIPPED}", file=sys.stderr)
+    return out
+
+
+def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tuple[str, str]], on_error: str) -> None:
+    """Write the report and the manifest, drop the journal, rename the partial folder."""
+    if on_error == "skip":
+        lines = "".join(f"{path}\t{reason}\n" for path, reason in sorted(skipped))
+        (partial / SKIPPED).write_text(lines)
+    groups = np.load(partial / "groups.npy")
+    splits = np.load(partial / "splits.npy")
+    valid = np.load(partial / "valid.npy")
+    counts: dict[str, dict[str, int]] = {}
+    for g in np.unique(groups):
+        counts[spec.groups[g]] = {s: int(((groups == g) & (splits == i) & valid).sum()) for i, s in enumerate(SPLITS)}
+    manifest = {
+        "format": CACHE_FORMAT,
+        "version": CACHE_VERSION,
+        "kind": spec.name,
+        "image_size": plan["image_size"],
+        "resize": plan["resize"],
+        "num_rows": plan["num_rows"],
+        "num_valid": int(valid.sum()),
+        "num_skipped": len(skipped),
+        "group_names": list(spec.groups),
+        "counts": counts,
+        "plan": plan,
+    }
+    for name in (PLAN, JOURNAL):
+        (partial / name).unlink()
+    _write_json_atomic(partial / MANIFEST, manifest)
+    os.rename(partial, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------
+
+
+class CacheReader:
+    """Read access to a complete cache: label arrays in RAM, panels memory-mapped on first use (per process).
+
+    Args:
+        path: the cache folder.
+        kind: expected kind (``"raven"`` / ``"pgm"``).
+        image_size: requested panel size; must equal the cache's.
+        resize: requested resize method; must equal the cache's.
+
+    Raises:
+        DataFormatError: incomplete cache, other kind, size or resize method.
+    """
+
+    def __init__(self, path: str | Path, kind: str, image_size: int, resize: str) -> None:
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        self.spec = kind_spec(kind)
+        if self.manifest["kind"] != kind:
+            raise DataFormatError(f"{self.path}: this is a {self.manifest['kind']} cache, not a {kind} one")
+        if self.manifest["image_size"] != image_size:
+            raise DataFormatError(
+                f"{self.path}: cache built for image_size={self.manifest['image_size']} cannot serve image_size={image_size}; "
+                f"use image_size={self.manifest['image_size']}, the raw folder {self.manifest['plan']['source_root']}, "
+                f"or build another cache with `rpm-data prepare --size {image_size}`"
+            )
+        if self.manifest["resize"] != resize:
+            raise DataFormatError(
+                f"{self.path}: cache built with resize={self.manifest['resize']!r}, requested resize={resize!r}"
+            )
+        load = lambda name: np.load(self.path / f"{name}.npy")  # noqa: E731
+        self.groups = load("groups").astype(np.int64)
+        self.splits = load("splits").astype(np.int64)
+        self.file_ids = load("file_ids")
+        self.valid = load("valid")
+        self.targets = load("targets")
+        self.meta = load("meta")
+        self.meta_target = load("meta_target")
+        self._panels: np.ndarray | None = None
+        self._panels_pid: int | None = None
+
+    def select(self, group_names: Sequence[str], split: str) -> np.ndarray:
+        """int64 rows of valid problems of ``split`` for each group in the given order, by file id."""
+        split_index = SPLITS.index(split)
+        parts = []
+        for name in group_names:
+            g = self.spec.groups.index(name)
+            rows = np.flatnonzero((self.groups == g) & (self.splits == split_index) & self.valid)
+            if len(rows) == 0:
+                raise DataFormatError(f"{self.path}: the cache has no {name!r} problems for split {split!r}")
+            parts.append(rows[np.argsort(self.file_ids[rows], kind="stable")])
+        return np.concatenate(parts)
+
+    def source_id(self, row: int) -> str:
+        return self.spec.source_id(self.spec.groups[self.groups[row]], int(self.file_ids[row]), SPLITS[self.splits[row]])
+
+    def panels(self, row: int) -> np.ndarray:
+        """uint8 (16, S, S) copy of a row (file answer order)."""
+        if self._panels is None or self._panels_pid != os.getpid():
+            self._panels = np.load(self.path / "panels.npy", mmap_mode="r")
+            self._panels_pid = os.getpid()
+        return np.array(self._panels[row])
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_panels"] = None  # re-mapped in the receiving process
+        return state

@@ -1,0 +1,79 @@
+"""``rpm-data``: build and inspect the memory-mapped cache.
+
+    rpm-data prepare <root> --out <cache> [--size 80] [--workers N] [--kind raven|pgm] [--on-error stop|skip]
+                     [--resize area|stride] [--configurations NAME ...] [--regimes NAME ...]
+    rpm-data info <cache>
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rpm_lib.data.cache import prepare_cache, read_manifest
+from rpm_lib.data.errors import DataFormatError
+from rpm_lib.data.raw_files import SPLITS
+from rpm_lib.data.resize import RESIZE_METHODS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rpm-data", description="RAVEN / I-RAVEN / PGM data tools")
+    commands = parser.add_subparsers(dest="command", required=True)
+    prepare = commands.add_parser("prepare", help="resize a raw dataset folder into a memory-mapped cache")
+    prepare.add_argument("root", type=Path, help="raw dataset folder")
+    prepare.add_argument("--out", type=Path, required=True, help="cache folder to create")
+    prepare.add_argument("--size", type=int, default=80, help="panel side in px (default 80)")
+    prepare.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    prepare.add_argument("--kind", choices=("raven", "pgm"), default="raven", help="dataset kind (default raven)")
+    prepare.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                         help="stop at the first bad file (default) or skip and report bad files in <out>/skipped.txt")
+    prepare.add_argument("--resize", choices=RESIZE_METHODS, default="area", help="downscaling method (default area)")
+    prepare.add_argument("--configurations", nargs="+", default=None, help="RAVEN: configurations to include (default: all present)")
+    prepare.add_argument("--regimes", nargs="+", default=None, help="PGM: regimes to include (default: all present)")
+    prepare.add_argument("--chunk-size", type=int, default=64, help="files per unit of resumable work (default 64)")
+    prepare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    info = commands.add_parser("info", help="summarise a cache")
+    info.add_argument("cache", type=Path)
+    return parser
+
+
+def _info(cache: Path) -> str:
+    manifest = read_manifest(cache)
+    size_bytes = sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
+    lines = [
+        f"cache        {cache}",
+        f"kind         {manifest['kind']}",
+        f"image size   {manifest['image_size']} px ({manifest['resize']})",
+        f"source       {manifest['plan']['source_root']}",
+        f"problems     {manifest['num_valid']} valid of {manifest['num_rows']} ({manifest['num_skipped']} skipped)",
+        f"disk         {size_bytes / 1e9:.2f} GB",
+        "",
+        "| group | " + " | ".join(SPLITS) + " |",
+        "|---|" + "---:|" * len(SPLITS),
+    ]
+    for group, counts in manifest["counts"].items():
+        lines.append(f"| {group} | " + " | ".join(str(counts[s]) for s in SPLITS) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "prepare":
+            out = prepare_cache(
+                args.root, args.out, size=args.size, workers=args.workers, kind=args.kind, on_error=args.on_error,
+                resize=args.resize, configurations=args.configurations, regimes=args.regimes,
+                chunk_size=args.chunk_size, show_progress=not args.no_progress,
+            )
+            print(_info(out))
+        else:
+            print(_info(args.cache))
+    except (DataFormatError, ValueError) as error:
+        print(f"rpm-data: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

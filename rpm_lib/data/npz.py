@@ -1,0 +1,61 @@
+"""Opening raw .npz files defensively, with or without decoding the (large) image member.
+
+``np.load`` of an .npz is lazy per member; reading only the header of ``image.npy`` lets label tables
+and validation inspect a 400 kB file while reading a few hundred bytes of it.
+"""
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rpm_lib.data.errors import DataFormatError
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    """Shape and dtype of an .npy member whose data was not read."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = ()) -> dict[str, np.ndarray | ArrayHeader]:
+    """Members of an .npz file.
+
+    Args:
+        path: the file.
+        keys: members to return (all must exist).
+        header_only: subset of ``keys`` returned as ``ArrayHeader`` (data not read).
+
+    Raises:
+        DataFormatError: the file is missing, not a readable .npz (truncated, corrupt, pickled objects) or
+        lacks one of ``keys``; the message names the file.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = {name[:-4] if name.endswith(".npy") else name: name for name in archive.namelist()}
+            missing = [key for key in keys if key not in names]
+            if missing:
+                raise DataFormatError(f"{path}: missing key(s) {missing}; the file has {sorted(names)}")
+            out: dict[str, np.ndarray | ArrayHeader] = {}
+            for key in keys:
+                with archive.open(names[key]) as member:
+                    if key in header_only:
+                        version = np.lib.format.read_magic(member)
+                        if version == (1, 0):
+                            shape, _fortran, dtype = np.lib.format.read_array_header_1_0(member)
+                        else:
+                            shape, _fortran, dtype = np.lib.format.read_array_header_2_0(member)
+                        out[key] = ArrayHeader(tuple(shape), np.dtype(dtype))
+                    else:
+                        out[key] = np.lib.format.read_array(member, allow_pickle=False)
+            return out
+    except DataFormatError:
+        raise
+    except FileNotFoundError:
+        raise DataFormatError(f"{path}: file not found") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, KeyError) as error:
+        raise DataFormatError(f"{path}: not a readable .npz file ({type(error).__name__}: {error})") from error
