@@ -94,3 +94,52 @@ CONFIG_SPECS: dict[str, ConfigurationSpec] = {
         (("Out", "Out_Center_Single"), ("In", "In_Distribute_Four")),
     ),
 }
+
+# ------------------------------------------------------------------------------------------------
+# Rule menu (spec §2.1 RULE_ATTR) -- added for the sampler.
+# ------------------------------------------------------------------------------------------------
+
+#: The 4 rule groups of a component, in ``meta_matrix`` row order.
+RULE_GROUP_NAMES: tuple[str, ...] = ("Number/Position", "Type", "Size", "Color")
+
+#: Per rule group, the menu entries ``(relation, attribute, parameters)``. The reference sampler picks an
+#: entry uniformly, then a parameter uniformly (``()`` = no parameter, value 0). Progression parameters are
+#: level steps; Arithmetic parameters are the sign (+1 add / set union, -1 subtract / set difference).
+RULE_MENU: tuple[tuple[tuple[str, str, tuple[int, ...]], ...], ...] = (
+    (
+        ("Progression", "Number", (-2, -1, 1, 2)),
+        ("Progression", "Position", (-2, -1, 1, 2)),
+        ("Arithmetic", "Number", (1, -1)),
+        ("Arithmetic", "Position", (1, -1)),
+        ("Distribute_Three", "Number", ()),
+        ("Distribute_Three", "Position", ()),
+        ("Constant", "Number/Position", ()),
+    ),
+    (
+        ("Progression", "Type", (-2, -1, 1, 2)),
+        ("Distribute_Three", "Type", ()),
+        ("Constant", "Type", ()),
+    ),
+    (
+        ("Progression", "Size", (-2, -1, 1, 2)),
+        ("Arithmetic", "Size", (1, -1)),
+        ("Distribute_Three", "Size", ()),
+        ("Constant", "Size", ()),
+    ),
+    (
+        ("Progression", "Color", (-2, -1, 1, 2)),
+        ("Arithmetic", "Color", (1, -1)),
+        ("Distribute_Three", "Color", ()),
+        ("Constant", "Color", ()),
+    ),
+)
+
+#: Highest Color level (black); the Arithmetic-Color "white alarm" tests against it (spec §2.5).
+COLOR_MAX_LEVEL: int = len(COLOR_VALUES) - 1
+
+#: Size levels that the reference renderer (spec §2.10) draws pixel-identically, per (layout, Type level), as
+#: ``{size level: representative size level}``. A square's half side is ``int(unit / 2 * sqrt(2) * size)`` px;
+#: in the 12 px In_Distribute_Four slots sizes 0.6 and 0.7 both give 5 px. This is the only such pair over all
+#: layouts, types and angles (checked against ``render`` in tests/generator/test_candidates.py). The
+#: candidate generators use it to avoid two candidates that look the same.
+RENDER_IDENTICAL_SIZES: dict[tuple[str, int], dict[int, int]] = {("In_Distribute_Four", 2): {3: 2}}

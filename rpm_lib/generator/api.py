@@ -1,0 +1,95 @@
+"""Public Python API of the built-in RAVEN / I-RAVEN generator (spec §2; levels, not pixels).
+
+Seeding: problem ``k`` of a configuration is drawn from its own stream
+``np.random.default_rng(np.random.SeedSequence([seed, CONFIGURATIONS.index(configuration), k]))``, so a
+problem depends only on ``(seed, configuration, k)`` -- not on how many problems or workers there are.
+(Deliberate deviation from the reference, which runs one legacy-RNG stream through all configurations.)
+Other deliberate deviations are listed in the module docstrings of ``sampling``, ``rows`` and
+``candidates`` (notably: candidate sets with two render-identical candidates are redrawn).
+
+Example::
+
+    from rpm_lib.generator.api import generate_problems
+    for problem in generate_problems("center_single", 10, seed=1234):
+        print(problem.target, [(r.name, r.attr) for r in problem.rules])
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from rpm_lib.generator.candidates import make_candidates
+from rpm_lib.generator.problem import Problem
+from rpm_lib.generator.rows import generate_matrix
+from rpm_lib.generator.sampling import RandomStream, sample_rules
+from rpm_lib.rules import CONFIGURATIONS
+
+__all__ = ["MODES", "problem_rng", "generate_problem", "generate_problems"]
+
+#: Candidate modes: ``"balanced"`` = I-RAVEN attribute bisection tree, ``"original"`` = RAVEN distractors.
+MODES: tuple[str, ...] = ("balanced", "original")
+
+
+def _check_configuration(configuration: str) -> None:
+    if configuration not in CONFIGURATIONS:
+        raise ValueError(f"unknown configuration {configuration!r}; expected one of {list(CONFIGURATIONS)}")
+
+
+def problem_rng(seed: int, configuration: str, index: int) -> np.random.Generator:
+    """The Generator of problem ``index`` of ``configuration`` (independent of worker count)."""
+    _check_configuration(configuration)
+    if seed < 0 or index < 0:
+        raise ValueError(f"seed and index must be non-negative, got seed={seed}, index={index}")
+    return np.random.default_rng(np.random.SeedSequence([seed, CONFIGURATIONS.index(configuration), index]))
+
+
+def generate_problem(configuration: str, rng: np.random.Generator, mode: str = "balanced") -> Problem:
+    """Generate one problem (8 context panels, 8 candidates, rules) from ``rng``.
+
+    Args:
+        configuration: one of ``rpm_lib.rules.CONFIGURATIONS`` (folder names, e.g. ``"center_single"``).
+        rng: the only source of randomness used.
+        mode: ``"balanced"`` (I-RAVEN, fills ``Problem.modified``) or ``"original"`` (RAVEN).
+    """
+    _check_configuration(configuration)
+    if mode not in MODES:
+        raise ValueError(f"unknown candidate mode {mode!r}; expected one of {MODES}")
+    s = RandomStream.of(rng)
+    rules, ranges = sample_rules(configuration, s)
+    panels = generate_matrix(configuration, rules, ranges, s)
+    candidates, target, modified = make_candidates(mode, rules, ranges, panels[8], s)
+    return Problem(
+        configuration=configuration,
+        context=panels[:8],
+        candidates=candidates,
+        target=target,
+        rules=rules,
+        modified=modified,
+        mode=mode,
+    )
+
+
+def generate_problems(
+    configuration: str,
+    count: int,
+    seed: int = 1234,
+    mode: str = "balanced",
+    start: int = 0,
+    render: bool = False,
+) -> Iterator[Problem]:
+    """Yield problems ``start .. start + count - 1`` of ``configuration``; problem k uses
+    ``problem_rng(seed, configuration, k)`` and carries ``problem.extra["index"] = k``. ``render=True``
+    attaches ``problem.extra["image"]``, the ``uint8 (16, 160, 160)`` panels from ``render.render_problem``."""
+    _check_configuration(configuration)
+    if count < 0 or start < 0:
+        raise ValueError(f"count and start must be non-negative, got count={count}, start={start}")
+    render_problem = None
+    if render:
+        from rpm_lib.generator.render import render_problem  # lazy: OpenCV only when pixels are wanted
+    for k in range(start, start + count):
+        problem = generate_problem(configuration, problem_rng(seed, configuration, k), mode)
+        problem.extra["index"] = k
+        if render_problem is not None:
+            problem.extra["image"] = render_problem(problem)
+        yield problem
