@@ -1,0 +1,671 @@
+"""``rpm-batch``: run a grid of papermill notebook executions, resumably, and gather the results.
+
+A batch is described by a YAML file (see ``configs/table1.yaml`` and ``configs/demo.yaml``)::
+
+    name: demo                          # optional, informative
+    template: notebooks/03_train.ipynb  # executed once per grid point
+    then:                               # optional notebooks executed afterwards in the same run folder
+      - notebooks/04_evaluate.ipynb
+    report: notebooks/06_results_table.ipynb   # optional, executed once at the end with batch_dir=<out>
+    out: runs/demo                      # batch folder; one sub-folder per grid, one per run
+    kernel: python3                     # optional (default python3)
+    execution_timeout: null             # optional, seconds per cell
+    prepare:                            # optional commands run in order before any run; a step with
+      - creates: data/iraven/manifest.json   # `creates` is skipped when that path exists. `python` means
+        run: [rpm-generate, --out, data/iraven, --num-per-config, "100"]   # this interpreter; console
+                                        #   scripts are also looked up beside it (venv not activated)
+    fixed: {epochs: 1, interactive: false}   # parameters shared by every run
+    grids:                              # or a single grid given as top-level `axes:`
+      - name: main
+        default: true                   # run when no --grid is given (default true)
+        fixed: {}                       # extra parameters for this grid
+        axes:                           # Cartesian product, in this order
+          encoder: [scl, wren]          #   list: parameter `encoder` takes each value
+          setup:                        #   mapping: label -> parameters (or label -> value of `setup`)
+            CE: {setup: ce}
+            MLCL+AUG: {setup: mlcl, augment: official}
+          seed: [0, 1]
+
+Every run gets the folder ``<out>/<grid>/<axis>-<label>__<axis>-<label>...`` holding ``run.json`` (its
+name, grid, labels, parameters) and the executed notebook(s). Every notebook (template and ``then``) gets
+two more parameters: ``run_dir`` = the run folder (``03_train`` trains into it, so ``metrics.json`` lands
+there; ``04``/``05`` read the run from it) and ``output_dir`` = ``<run folder>/<notebook stem>`` for its
+figures and tables. A run whose folder
+has ``metrics.json`` is finished and skipped on the next invocation (the ``then`` notebooks are re-run only
+when their executed copy is missing or recorded an exception). A failing run leaves its executed notebook
+and ``error.txt``; the other runs go on. At the end ``<out>/results.csv`` (one line per run) and
+``<out>/table1.csv`` / ``<out>/table1.md`` (the paper's Table 1 layout, ``rpm_lib.results``) are written,
+and the ``report`` notebook (if any) is executed into ``<out>/<stem>.ipynb`` with ``batch_dir=<out>`` and
+``output_dir=<out>/report``.
+
+Relative paths in the YAML (template, out, prepare) and relative paths passed to notebooks are relative
+to the current working directory (run from the repository root); kernels run in that directory.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: Notebook parameter that receives ``<run folder>/<notebook stem>`` (figures, tables).
+OUTPUT_DIR_PARAMETER = "output_dir"
+#: Notebook parameter that receives the run folder (training writes it; evaluation notebooks read it).
+RUN_DIR_PARAMETER = "run_dir"
+#: A training run is finished when its folder holds this file.
+FINISHED_MARKER = "metrics.json"
+
+
+class BatchConfigError(ValueError):
+    """The batch YAML is malformed; the message names the file and the offending entry."""
+
+
+@dataclass(frozen=True)
+class PrepareStep:
+    """A command run once before the grid, skipped when ``creates`` already exists."""
+
+    command: tuple[str, ...]
+    creates: str | None = None
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One named Cartesian grid. ``axes`` maps axis -> ``{label: parameters}`` (insertion order kept)."""
+
+    name: str
+    axes: dict[str, dict[str, dict[str, Any]]]
+    fixed: dict[str, Any]
+    default: bool = True
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """A parsed batch YAML (see the module docstring)."""
+
+    path: Path
+    name: str
+    template: Path
+    then: tuple[Path, ...]
+    out: Path
+    report: Path | None
+    kernel: str
+    execution_timeout: int | None
+    fixed: dict[str, Any]
+    grids: tuple[Grid, ...]
+    prepare: tuple[PrepareStep, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One grid point.
+
+    Attributes:
+        name: folder name built from the labels, e.g. ``encoder-scl__setup-MLCL_AUG__seed-0``.
+        grid: grid name.
+        labels: axis -> label of the chosen value (strings; what tables group by).
+        parameters: notebook parameters (batch ``fixed`` < grid ``fixed`` < axis values), without ``run_dir``
+            and ``output_dir`` (set per run by the runner).
+    """
+
+    name: str
+    grid: str
+    labels: dict[str, str]
+    parameters: dict[str, Any]
+
+
+@dataclass
+class RunResult:
+    """Outcome of one run: ``status`` is ``"done"``, ``"skipped"`` (already finished), ``"failed"`` or ``"planned"``."""
+
+    spec: RunSpec
+    run_dir: Path
+    status: str
+    seconds: float = 0.0
+    error: str | None = None
+    notebooks: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config parsing
+# ----------------------------------------------------------------------------------------------
+
+
+def _fail(path: Path, message: str) -> BatchConfigError:
+    return BatchConfigError(f"{path}: {message}")
+
+
+def _mapping(value: Any, path: Path, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"'{where}' must be a mapping, got {type(value).__name__}")
+    return {str(k): v for k, v in value.items()}
+
+
+def _parse_axis(values: Any, axis: str, path: Path, grid: str) -> dict[str, dict[str, Any]]:
+    where = f"grids[{grid}].axes.{axis}"
+    if isinstance(values, Mapping):
+        if not values:
+            raise _fail(path, f"'{where}' is empty")
+        out = {}
+        for label, params in values.items():
+            out[str(label)] = dict(params) if isinstance(params, Mapping) else {axis: params}
+        return out
+    if isinstance(values, Sequence) and not isinstance(values, str):
+        if not values:
+            raise _fail(path, f"'{where}' is empty")
+        out = {}
+        for v in values:
+            if isinstance(v, (Mapping, list)):
+                raise _fail(path, f"'{where}': list values must be scalars; use a mapping label -> parameters")
+            label = str(v)
+            if label in out:
+                raise _fail(path, f"'{where}': duplicate value {v!r}")
+            out[label] = {axis: v}
+        return out
+    raise _fail(path, f"'{where}' must be a list of values or a mapping label -> parameters, got {values!r}")
+
+
+def _parse_grid(raw: Any, path: Path, index: int) -> Grid:
+    if not isinstance(raw, Mapping):
+        raise _fail(path, f"grids[{index}] must be a mapping")
+    unknown = set(raw) - {"name", "axes", "fixed", "default"}
+    if unknown:
+        raise _fail(path, f"grids[{index}]: unknown key(s) {sorted(unknown)}")
+    name = str(raw.get("name", "main"))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise _fail(path, f"grids[{index}]: name {name!r} must use letters, digits, '_', '.', '-'")
+    axes_raw = _mapping(raw.get("axes"), path, f"grids[{name}].axes")
+    axes = {axis: _parse_axis(values, axis, path, name) for axis, values in axes_raw.items()}
+    return Grid(name=name, axes=axes, fixed=_mapping(raw.get("fixed"), path, f"grids[{name}].fixed"),
+                default=bool(raw.get("default", True)))
+
+
+def _parse_prepare(raw: Any, path: Path) -> tuple[PrepareStep, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _fail(path, "'prepare' must be a list of {run: [...], creates: path}")
+    steps = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping) or "run" not in item:
+            raise _fail(path, f"prepare[{i}] must be a mapping with a 'run' command list")
+        cmd = item["run"]
+        if isinstance(cmd, str) or not isinstance(cmd, list) or not cmd:
+            raise _fail(path, f"prepare[{i}].run must be a non-empty list of arguments (no shell string)")
+        creates = item.get("creates")
+        steps.append(PrepareStep(tuple(str(c) for c in cmd), None if creates is None else str(creates)))
+    return tuple(steps)
+
+
+def load_batch_config(path: str | Path) -> BatchConfig:
+    """Parse and validate a batch YAML file (format in the module docstring).
+
+    Raises:
+        FileNotFoundError: the YAML or its template notebook is missing.
+        BatchConfigError: anything malformed, naming the file and the entry.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"batch config {path} not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise _fail(path, f"not valid YAML ({exc})") from exc
+    if not isinstance(raw, Mapping):
+        raise _fail(path, "top level must be a mapping")
+    known = {"name", "template", "then", "report", "out", "kernel", "execution_timeout", "fixed", "grids", "axes",
+             "prepare"}
+    unknown = set(raw) - known
+    if unknown:
+        raise _fail(path, f"unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    if "template" not in raw:
+        raise _fail(path, "missing 'template' (the notebook to execute per run)")
+    template = Path(str(raw["template"]))
+    if not template.is_file():
+        raise FileNotFoundError(f"{path}: template notebook {template} not found (relative to {Path.cwd()})")
+    then_raw = raw.get("then") or []
+    if not isinstance(then_raw, list):
+        raise _fail(path, "'then' must be a list of notebook paths")
+    then = tuple(Path(str(p)) for p in then_raw)
+    for p in then:
+        if not p.is_file():
+            raise FileNotFoundError(f"{path}: notebook {p} in 'then' not found (relative to {Path.cwd()})")
+    report = None if raw.get("report") is None else Path(str(raw["report"]))
+    if report is not None and not report.is_file():
+        raise FileNotFoundError(f"{path}: report notebook {report} not found (relative to {Path.cwd()})")
+    if ("grids" in raw) == ("axes" in raw):
+        raise _fail(path, "give exactly one of 'grids' (a list) or 'axes' (a single grid)")
+    if "grids" in raw:
+        if not isinstance(raw["grids"], list) or not raw["grids"]:
+            raise _fail(path, "'grids' must be a non-empty list")
+        grids = tuple(_parse_grid(g, path, i) for i, g in enumerate(raw["grids"]))
+    else:
+        grids = (_parse_grid({"name": "main", "axes": raw["axes"]}, path, 0),)
+    names = [g.name for g in grids]
+    if len(set(names)) != len(names):
+        raise _fail(path, f"grid names must be unique, got {names}")
+    timeout = raw.get("execution_timeout")
+    if timeout is not None and (not isinstance(timeout, int) or timeout <= 0):
+        raise _fail(path, f"'execution_timeout' must be a positive integer (seconds) or null, got {timeout!r}")
+    fixed = _mapping(raw.get("fixed"), path, "fixed")
+    for reserved in (OUTPUT_DIR_PARAMETER, RUN_DIR_PARAMETER):
+        if reserved in fixed or any(reserved in g.fixed for g in grids) or any(
+                reserved in values for g in grids for axis in g.axes.values() for values in axis.values()):
+            raise _fail(path, f"'{reserved}' is set by rpm-batch (the run folder); remove it from 'fixed'")
+    return BatchConfig(
+        path=path,
+        name=str(raw.get("name", path.stem)),
+        template=template,
+        then=then,
+        out=Path(str(raw.get("out", Path("runs") / path.stem))),
+        report=report,
+        kernel=str(raw.get("kernel", "python3")),
+        execution_timeout=timeout,
+        fixed=fixed,
+        grids=grids,
+        prepare=_parse_prepare(raw.get("prepare"), path),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Grid expansion
+# ----------------------------------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a label: ``"MLCL+AUG"`` -> ``"MLCL_AUG"``, ``"0.5"`` -> ``"0.5"``."""
+    s = re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+    if not s:
+        raise ValueError(f"label {text!r} has no letters or digits to name a folder with")
+    return s
+
+
+def run_name(labels: Mapping[str, str]) -> str:
+    """Folder name of a run: ``axis-label`` pairs joined by ``__`` in axis order (``"run"`` for no axes)."""
+    return "__".join(f"{slug(axis)}-{slug(label)}" for axis, label in labels.items()) or "run"
+
+
+def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
+                overrides: Mapping[str, Any] | None = None) -> list[RunSpec]:
+    """All runs of the selected grids (``None``: those with ``default: true``), in axis order.
+
+    Parameter precedence (later wins): batch ``fixed``, grid ``fixed``, axis values, ``overrides``.
+
+    Raises:
+        BatchConfigError: unknown grid name, or two runs of one grid with the same folder name.
+    """
+    known = {g.name: g for g in config.grids}
+    if grids:
+        missing = [g for g in grids if g not in known]
+        if missing:
+            raise _fail(config.path, f"unknown grid(s) {missing}; defined: {list(known)}")
+        selected = [known[g] for g in grids]
+    else:
+        selected = [g for g in config.grids if g.default]
+    specs: list[RunSpec] = []
+    for grid in selected:
+        axis_names = list(grid.axes)
+        seen: set[str] = set()
+        for choice in itertools.product(*(grid.axes[a].items() for a in axis_names)):
+            labels = {axis: label for axis, (label, _) in zip(axis_names, choice)}
+            params = {**config.fixed, **grid.fixed}
+            for _, (_, values) in zip(axis_names, choice):
+                params.update(values)
+            params.update(overrides or {})
+            name = run_name(labels)
+            if name in seen:
+                raise _fail(config.path, f"grid {grid.name}: two runs would share the folder {name!r}")
+            seen.add(name)
+            specs.append(RunSpec(name=name, grid=grid.name, labels=labels, parameters=params))
+    return specs
+
+
+def run_dir_of(out: Path, spec: RunSpec) -> Path:
+    """The run folder: ``<out>/<grid>/<name>``."""
+    return out / spec.grid / spec.name
+
+
+# ----------------------------------------------------------------------------------------------
+# Execution
+# ----------------------------------------------------------------------------------------------
+
+
+def execute_notebook(template: str | Path, out_path: str | Path, parameters: Mapping[str, Any] | None = None, *,
+                     kernel_name: str = "python3", cwd: str | Path | None = None,
+                     execution_timeout: int | None = None, log_output: bool = False) -> Path:
+    """Execute ``template`` with papermill into ``out_path`` (parent folders created).
+
+    The kernel is always named (``python3`` = the interpreter that runs this code, see tooling notes §3),
+    the progress bar is off, and the kernel inherits ``NO_ALBUMENTATIONS_UPDATE=1``. (Notebooks select
+    the inline matplotlib backend themselves, so an inherited ``MPLBACKEND=Agg`` does not hide figures.)
+
+    Raises:
+        papermill.PapermillExecutionError: a cell raised; ``out_path`` still holds the executed notebook
+            with the traceback.
+    """
+    import papermill as pm  # 2.5 s import: only when executing
+
+    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = {}
+    if execution_timeout is not None:
+        kwargs["execution_timeout"] = execution_timeout
+    pm.execute_notebook(
+        str(template),
+        str(out_path),
+        parameters=dict(parameters or {}),
+        kernel_name=kernel_name,
+        progress_bar=False,
+        log_output=log_output,
+        request_save_on_cell_execute=False,
+        cwd=None if cwd is None else str(cwd),
+        **kwargs,
+    )
+    return out_path
+
+
+def _notebook_failed(path: Path) -> bool:
+    """True when an executed notebook is missing or papermill recorded an exception in it."""
+    if not path.is_file():
+        return True
+    try:
+        meta = json.loads(path.read_text()).get("metadata", {}).get("papermill", {})
+    except json.JSONDecodeError:
+        return True
+    return bool(meta.get("exception")) or meta.get("end_time") is None
+
+
+def _describe_error(exc: BaseException) -> str:
+    ename = getattr(exc, "ename", None)
+    if ename is not None:  # papermill.PapermillExecutionError: the kernel-side error
+        tb = "\n".join(getattr(exc, "traceback", []) or [])
+        tb = re.sub(r"\x1b\[[0-9;]*m", "", tb)  # ANSI colours from IPython
+        return f"{tb}\n{ename}: {exc.evalue}\n"
+    return "".join(traceback.format_exception(exc))
+
+
+def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
+            threads: int | None = None) -> RunResult:
+    """Execute one grid point (template, then the ``then`` notebooks); never raises for notebook failures.
+
+    ``cuda_devices`` / ``threads`` set ``CUDA_VISIBLE_DEVICES`` / ``OMP_NUM_THREADS`` for the kernels started
+    here (meant for worker processes; ``run_batch`` restores them when running in-process).
+    """
+    run_dir = run_dir_of(out, spec).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(json.dumps(
+        {"name": spec.name, "grid": spec.grid, "labels": spec.labels, "parameters": spec.parameters,
+         "template": str(config.template), "then": [str(p) for p in config.then]}, indent=2, default=str))
+    if cuda_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    start = time.perf_counter()
+    executed: list[str] = []
+    steps: list[tuple[Path, dict[str, Any], Path]] = []
+
+    def folders(nb: Path) -> dict[str, str]:
+        return {RUN_DIR_PARAMETER: str(run_dir), OUTPUT_DIR_PARAMETER: str(run_dir / nb.stem)}
+
+    if not (run_dir / FINISHED_MARKER).is_file():
+        steps.append((config.template, {**spec.parameters, **folders(config.template)},
+                      run_dir / config.template.name))
+    for nb in config.then:
+        out_nb = run_dir / nb.name
+        if steps or _notebook_failed(out_nb):
+            steps.append((nb, folders(nb), out_nb))
+    if not steps:
+        return RunResult(spec, run_dir, "skipped")
+    (run_dir / "error.txt").unlink(missing_ok=True)
+    for template, params, out_nb in steps:
+        try:
+            execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
+                             execution_timeout=config.execution_timeout)
+            executed.append(str(out_nb))
+            if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
+                raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
+        except Exception as exc:  # noqa: BLE001 - any failure is recorded, the batch goes on
+            message = f"step: {template}\nexecuted notebook: {out_nb}\n\n{_describe_error(exc)}"
+            (run_dir / "error.txt").write_text(message)
+            return RunResult(spec, run_dir, "failed", time.perf_counter() - start, message, executed)
+    return RunResult(spec, run_dir, "done", time.perf_counter() - start, None, executed)
+
+
+def _resolve_command(command: Sequence[str]) -> list[str]:
+    """``python`` -> this interpreter; a console script missing from PATH -> the one beside this interpreter."""
+    first, rest = command[0], list(command[1:])
+    if first in ("python", "python3"):
+        return [sys.executable, *rest]
+    beside = Path(sys.executable).parent / first
+    if shutil.which(first) is None and beside.is_file():
+        return [str(beside), *rest]
+    return [first, *rest]
+
+
+def _run_prepare(config: BatchConfig, dry_run: bool, log) -> None:
+    for step in config.prepare:
+        if step.creates is not None and Path(step.creates).exists():
+            log(f"prepare: {step.creates} exists, skipping: {' '.join(step.command)}")
+            continue
+        log(f"prepare: {' '.join(step.command)}")
+        if dry_run:
+            continue
+        try:
+            result = subprocess.run(_resolve_command(step.command), check=False)
+        except FileNotFoundError as exc:
+            raise RuntimeError(f"{config.path}: prepare command not found: {step.command[0]}") from exc
+        if result.returncode != 0:
+            raise RuntimeError(f"{config.path}: prepare command failed (exit {result.returncode}): "
+                               f"{' '.join(step.command)}")
+        if step.creates is not None and not Path(step.creates).exists():
+            raise RuntimeError(f"{config.path}: prepare command did not create {step.creates}: "
+                               f"{' '.join(step.command)}")
+
+
+def gather_results(out: str | Path) -> dict[str, Path]:
+    """Write ``results.csv``, ``table1.csv`` and ``table1.md`` into the batch folder ``out``; return their paths."""
+    from rpm_lib import results
+
+    out = Path(out)
+    records = results.load_runs(out)
+    header, rows = results.runs_table(records)
+    paths = {"results_csv": results.write_csv(header, rows, out / "results.csv")}
+    main_runs = [r for r in records if r.grid == "main"] or records
+    table = results.table1(main_runs)
+    paths["table1_csv"] = results.write_table1(table, out / "table1.csv")
+    md = out / "table1.md"
+    md.write_text(results.table1_markdown(table))
+    paths["table1_md"] = md
+    return paths
+
+
+def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, Path]:
+    """Execute the batch's report notebook; a failure is logged (with the notebook kept), not raised."""
+    out_nb = out / report.name
+    try:
+        params = {"batch_dir": str(out.resolve()), OUTPUT_DIR_PARAMETER: str((out / "report").resolve())}
+        execute_notebook(report, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
+                         execution_timeout=config.execution_timeout)
+    except Exception as exc:  # noqa: BLE001 - the runs are done; a broken report must not hide them
+        log(f"report notebook {report} failed (see {out_nb}): {_describe_error(exc).strip().splitlines()[-1]}")
+    return {"report": out_nb}
+
+
+def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out: str | Path | None = None,
+              grids: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
+              cuda_devices: Sequence[str] | None = None, quiet: bool = False) -> list[RunResult]:
+    """Run (or, with ``dry_run``, only plan) every run of a batch YAML; see the module docstring.
+
+    Args:
+        config_path: the batch YAML.
+        jobs: runs executed at once (separate processes, one kernel each).
+        dry_run: print the plan, execute nothing, write nothing (results have status ``planned``/``skipped``).
+        out: batch folder, overriding the YAML's ``out``.
+        grids: grid names to run (default: every grid with ``default: true``).
+        overrides: parameters forced on every run (win over the YAML).
+        cuda_devices: e.g. ``["0", "1"]``: run *i* gets ``CUDA_VISIBLE_DEVICES=cuda_devices[i % n]``.
+        quiet: no progress lines on stdout.
+
+    Returns:
+        One ``RunResult`` per run, in grid order. Failed runs do not raise.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    log = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
+    config = load_batch_config(config_path)
+    out_dir = Path(out) if out is not None else config.out
+    specs = expand_grid(config, grids, overrides)
+    plan = []
+    for spec in specs:
+        run_dir = run_dir_of(out_dir, spec)
+        finished = (run_dir / FINISHED_MARKER).is_file() and not any(
+            _notebook_failed(run_dir / nb.name) for nb in config.then)
+        plan.append((spec, run_dir, finished))
+    todo = [(s, d) for s, d, f in plan if not f]
+    log(f"rpm-batch {config.path}: {len(specs)} runs ({len(specs) - len(todo)} already finished), "
+        f"{jobs} at a time, into {out_dir}")
+    if dry_run:
+        _run_prepare(config, True, log)
+        results = []
+        for spec, run_dir, finished in plan:
+            status = "skipped" if finished else "planned"
+            params = " ".join(f"{k}={v!r}" for k, v in spec.parameters.items())
+            log(f"  [{status}] {run_dir}: {params}")
+            results.append(RunResult(spec, run_dir, status))
+        return results
+    _run_prepare(config, False, log)
+    by_name: dict[tuple[str, str], RunResult] = {
+        (s.grid, s.name): RunResult(s, d.resolve(), "skipped") for s, d, f in plan if f}
+    devices = list(cuda_devices) if cuda_devices else None
+
+    def device_for(i: int) -> str | None:
+        return None if devices is None else devices[i % len(devices)]
+
+    def report(i: int, res: RunResult) -> None:
+        by_name[(res.spec.grid, res.spec.name)] = res
+        tail = "" if res.error is None else f": {res.error.strip().splitlines()[-1]}"
+        log(f"  [{i}/{len(todo)}] {res.status:6s} {res.spec.grid}/{res.spec.name} ({res.seconds:.1f} s){tail}")
+
+    if jobs == 1 or len(todo) <= 1:
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            for i, (spec, _) in enumerate(todo, 1):
+                report(i, run_one(spec, config, out_dir, device_for(i - 1)))
+        finally:
+            if devices is not None:
+                if saved is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
+    else:
+        # Parallel kernels on a small CPU machine oversubscribe cores with torch's default thread count:
+        # each worker gives its kernels their share unless the caller set OMP_NUM_THREADS.
+        threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // jobs)
+        # spawn: the parent may have imported torch/threads (a notebook, the demo); fork would be unsafe.
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        with pool:
+            futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads): spec
+                       for i, (spec, _) in enumerate(todo)}
+            for i, fut in enumerate(as_completed(futures), 1):
+                spec = futures[fut]
+                try:
+                    res = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a crashed worker is one failed run, not the batch
+                    res = RunResult(spec, run_dir_of(out_dir, spec).resolve(), "failed", 0.0, _describe_error(exc))
+                    (res.run_dir / "error.txt").write_text(res.error or "")
+                report(i, res)
+    results = [by_name[(s.grid, s.name)] for s in specs]
+    paths = gather_results(out_dir)
+    failed = [r for r in results if r.status == "failed"]
+    log(f"done: {sum(r.status == 'done' for r in results)} run, {sum(r.status == 'skipped' for r in results)} "
+        f"skipped, {len(failed)} failed")
+    for r in failed:
+        log(f"  FAILED {r.run_dir} (see error.txt and the executed notebook there)")
+    if config.report is not None:
+        paths.update(_run_report(config.report, out_dir, config, log))
+    for key, p in paths.items():
+        log(f"{key}: {p}")
+    log("")
+    log(paths["table1_md"].read_text())
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI
+# ----------------------------------------------------------------------------------------------
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set expects KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rpm-batch",
+        description=(
+            "Run a grid of notebook executions with papermill (one run folder per grid point, named from its "
+            "parameters), resumably: runs whose folder holds metrics.json are skipped; a failing run keeps its "
+            "executed notebook and error.txt and does not stop the others. At the end writes results.csv and "
+            "table1.csv / table1.md (the MLCL paper's Table 1 layout, with the published numbers) into the "
+            "batch folder. The YAML format is described in rpm_lib/batch.py and configs/table1.yaml."),
+        epilog=("examples:\n"
+                "  rpm-batch configs/demo.yaml --dry-run        # print the plan\n"
+                "  rpm-batch configs/demo.yaml --jobs 2\n"
+                "  rpm-batch configs/table1.yaml --jobs 4       # the paper's grid (GPU machine)\n"
+                "  rpm-batch configs/table1.yaml --grid ablation_beta --set max_epochs=10\n"
+                "  rpm-batch --gather runs/table1              # only rebuild results.csv / table1.md"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", nargs="?", help="batch YAML (e.g. configs/table1.yaml)")
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="runs executed in parallel (default 1)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan (runs, parameters, skips) and exit")
+    parser.add_argument("--out", help="batch folder (default: the YAML's 'out')")
+    parser.add_argument("--grid", action="append", help="run only this grid (repeatable; default: default grids)")
+    parser.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[],
+                        metavar="KEY=VALUE", help="force a notebook parameter on every run (YAML value; repeatable)")
+    parser.add_argument("--cuda-devices", help="comma-separated GPU ids assigned round-robin to runs, e.g. 0,1,2,3")
+    parser.add_argument("--gather", metavar="BATCH_DIR", help="only gather results of an existing batch folder")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point ``rpm-batch``; returns 1 when any run failed."""
+    args = build_parser().parse_args(argv)
+    if args.gather:
+        for key, p in gather_results(args.gather).items():
+            print(f"{key}: {p}")
+        print(Path(args.gather, "table1.md").read_text())
+        return 0
+    if not args.config:
+        build_parser().error("a batch YAML is required (or --gather BATCH_DIR)")
+    try:
+        results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
+                            overrides=dict(args.overrides),
+                            cuda_devices=args.cuda_devices.split(",") if args.cuda_devices else None)
+    except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step
+        print(f"rpm-batch: error: {exc}", file=sys.stderr)
+        return 2
+    return 1 if any(r.status == "failed" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

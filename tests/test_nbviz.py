@@ -1,0 +1,264 @@
+"""rpm_lib.nbviz: the numbers behind the notebook figures, figure shapes, and output files."""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from rpm_lib import nbviz, rules  # noqa: E402
+from rpm_lib.results import AblationPoint, PAPER_TABLE1, Table1Row  # noqa: E402
+
+
+def _meta_matrix(rows: dict[int, tuple[str, tuple[str, ...]]]) -> np.ndarray:
+    """(8, 9) meta_matrix with one (relation, attributes) per given row."""
+    m = np.zeros((8, 9), dtype=np.uint8)
+    for row, (relation, attributes) in rows.items():
+        m[row, rules.RELATIONS.index(relation)] = 1
+        for a in attributes:
+            m[row, 4 + rules.ATTRIBUTES.index(a)] = 1
+    return m
+
+
+CENTER = _meta_matrix({0: ("Constant", ("Number", "Position")), 1: ("Progression", ("Type",)),
+                       2: ("Arithmetic", ("Size",)), 3: ("Distribute_Three", ("Color",))})
+LEFT_RIGHT = _meta_matrix({0: ("Constant", ("Number", "Position")), 1: ("Constant", ("Type",)),
+                           2: ("Constant", ("Size",)), 3: ("Constant", ("Color",)),
+                           4: ("Constant", ("Number", "Position")), 5: ("Progression", ("Type",)),
+                           6: ("Constant", ("Size",)), 7: ("Constant", ("Color",))})
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("layout", ["sparse38", "sparse40"])
+def test_rule_names_agree_with_the_rules_encoder(layout):
+    names = nbviz.rule_names(layout)
+    assert len(names) == rules.RAVEN_SPARSE_DIMS[layout] and len(set(names)) == len(names)
+    vec = rules.raven_sparse(LEFT_RIGHT, layout)
+    shown = {names[i] for i in np.flatnonzero(vec)}
+    assert "c1 Prog Type" in shown and "c0 Const Number" in shown and "c0 Const Position" in shown
+    assert len(shown) == int(vec.sum())
+
+
+def test_rule_names_pgm_and_dense_and_unknown():
+    names = nbviz.rule_names("sparse50")
+    assert len(names) == 50 and names[rules.pgm_sparse_index("line", "color", "XOR")] == "line color XOR"
+    assert nbviz.rule_names("dense") == list(rules.META_TARGET_FORMAT)
+    with pytest.raises(ValueError, match="unknown rule layout"):
+        nbviz.rule_names("sparse99")
+
+
+def test_confusion_matrix_counts_and_validation():
+    m = nbviz.confusion_matrix([0, 0, 1, 7], [0, 3, 1, 7])
+    assert m.shape == (8, 8) and m.sum() == 4
+    assert m[0, 0] == 1 and m[0, 3] == 1 and m[1, 1] == 1 and m[7, 7] == 1
+    with pytest.raises(ValueError, match="outside"):
+        nbviz.confusion_matrix([8], [0])
+    with pytest.raises(ValueError, match="equal"):
+        nbviz.confusion_matrix([0, 1], [0])
+
+
+def test_per_rule_scores_by_hand():
+    true = np.array([[1, 0, 1], [1, 0, 0], [0, 0, 1]])
+    pred = np.array([[1, 1, 0], [0, 0, 0], [0, 0, 1]])
+    s = nbviz.per_rule_scores(true, pred)
+    # rule 0: tp 1, fn 1 -> P 1, R 0.5, F1 2/3 ; rule 1: fp 1 only -> P 0, R undefined, F1 0 ; rule 2: tp 1 fn 1
+    assert s["precision"][0] == 1.0 and s["recall"][0] == 0.5 and s["f1"][0] == pytest.approx(2 / 3)
+    assert s["precision"][1] == 0.0 and np.isnan(s["recall"][1]) and s["f1"][1] == 0.0
+    assert s["support"].tolist() == [2, 0, 2]
+    empty = nbviz.per_rule_scores(np.zeros((2, 1)), np.zeros((2, 1)))
+    assert np.isnan(empty["f1"][0])
+
+
+def test_rule_frequencies_per_configuration():
+    freq, rows, cols = nbviz.rule_frequencies(np.stack([CENTER, CENTER, LEFT_RIGHT]),
+                                              ["center_single", "Center", "left_center_single_right_center_single"])
+    assert rows == ["Center", "L-R"] and len(cols) == 19
+    assert freq[0, cols.index("Prog Type")] == 1.0 and freq[0, cols.index("Const Type")] == 0.0
+    assert freq[1, cols.index("Prog Type")] == 1.0 and freq[1, cols.index("Const Type")] == 1.0
+    assert freq[1, cols.index("Const Number")] == 1.0 and freq[1, cols.index("Dist3 Color")] == 0.0
+
+
+def test_answer_position_counts():
+    assert nbviz.answer_position_counts([0, 0, 7]).tolist() == [2, 0, 0, 0, 0, 0, 0, 1]
+    with pytest.raises(ValueError):
+        nbviz.answer_position_counts([9])
+
+
+def test_read_history_and_plot(tmp_path):
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,stage,train_loss,val_loss,val_accuracy\n0,supervised,2.0,,\n0,supervised,,1.9,0.2\n"
+                    "1,supervised,1.5,1.7,0.3\n")
+    h = nbviz.read_history(path)
+    assert h["train_loss"][0] == 2.0 and np.isnan(h["train_loss"][1]) and h["stage"][0] == "supervised"
+    fig = nbviz.plot_history(h)
+    left, right = fig.axes
+    assert {ln.get_label() for ln in left.lines} == {"train_loss", "val_loss"}
+    assert [ln.get_label() for ln in right.lines] == ["val_accuracy"]
+    assert left.lines[0].get_xdata().tolist() == [0.0, 1.0]  # NaN rows skipped
+
+
+def test_figures_have_fixed_sizes_and_data(tmp_path):
+    acc = {"Center": 90.0, "2x2Grid": 50.0}
+    fig = nbviz.plot_accuracy_bars(acc, reference={"Center": 99.0})
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights[:2] == [90.0, 50.0] and heights[2] == 99.0
+    assert tuple(fig.get_size_inches()) == (8.0, 3.5)
+
+    fig = nbviz.plot_confusion(nbviz.confusion_matrix([0, 1], [0, 2]))
+    assert fig.axes[0].images[0].get_array().shape == (8, 8)
+
+    true = np.array([[1, 0, 0], [0, 1, 0]])
+    prob = np.array([[0.9, 0.1, 0.0], [0.2, 0.6, 0.0]])
+    fig = nbviz.plot_rule_heatmap(true, prob, ["a", "b", "c"])
+    assert fig.axes[0].images[0].get_array().shape == (2, 2)  # unused rule "c" dropped
+    with pytest.raises(ValueError):
+        nbviz.plot_rule_heatmap(true, prob, ["a", "b"])
+
+    scores = nbviz.per_rule_scores(true, prob > 0.5)
+    fig = nbviz.plot_per_rule_f1(scores, ["a", "b", "c"])
+    assert len(fig.axes[0].patches) == 2  # rule "c" has no support
+
+    series = {"SCL MLCL": [AblationPoint(0.0, 35.0, 1.0, 2), AblationPoint(10.0, 80.0, float("nan"), 1)]}
+    fig = nbviz.plot_ablation(series, "beta", reference={"paper SCL beta=0": 35.3})
+    assert fig.axes[0].lines[0].get_ydata().tolist() == [35.0, 80.0]
+
+    rows = [Table1Row("SCL", "CE", {}, ["0"], 70.0, 1.0, {}, PAPER_TABLE1[0])]
+    fig = nbviz.plot_table1_comparison(rows)
+    assert [p.get_height() for p in fig.axes[0].patches][:2] == [70.0, 82.8]
+
+    freq, r, c = nbviz.rule_frequencies(np.stack([CENTER]), ["center_single"])
+    assert nbviz.plot_rule_frequencies(freq, r, c).axes[0].images[0].get_array().shape == (1, 19)
+    fig = nbviz.plot_answer_positions({"Center": np.array([1, 0, 0, 0, 0, 0, 0, 2])})
+    assert [p.get_height() for p in fig.axes[0].patches][7] == 2
+
+
+def test_save_figure_and_table(tmp_path):
+    fig = nbviz.plot_accuracy_bars({"Center": 10.0})
+    assert nbviz.save_figure(fig, "", "x") is None
+    png = nbviz.save_figure(fig, tmp_path / "out", "acc")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv_path, md_path = nbviz.save_table(["a", "b"], [[1, 2]], tmp_path / "out", "t")
+    assert csv_path.read_text().splitlines() == ["a,b", "1,2"]
+    assert "| 1 | 2 |" in md_path.read_text()
+    assert nbviz.save_table(["a"], [[1]], None, "t") is None
+    assert nbviz.format_percent(12.345) == "12.3" and nbviz.format_percent(float("nan")) == "–"
+
+
+# ----------------------------------------------------------------------------------------------
+# Dataset / augmentation helpers (on a tiny generated set)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nbviz-data")
+    return nbviz.load_or_generate("", "train", sample_root=str(root), sample_per_config=2, sample_seed=5,
+                                  configurations=["Center", "L-R"], image_size=40)
+
+
+def test_load_or_generate_and_indices(tiny_dataset, tmp_path):
+    assert len(tiny_dataset) == 4 and tiny_dataset.image_size == 40
+    groups = nbviz.indices_by_configuration(tiny_dataset)
+    assert list(groups) == ["center_single", "left_center_single_right_center_single"]
+    assert [g.tolist() for g in groups.values()] == [[0, 1], [2, 3]]
+    # an explicit data_root is read as is (here: the folder the sample went to)
+    again = nbviz.load_or_generate(str(tiny_dataset.root), "train", configurations=["L-R"])
+    assert len(again) == 2 and again.source_ids[0].startswith("left_center_single_right_center_single/")
+
+
+def test_dataset_summary_counts(tiny_dataset):
+    header, rows = nbviz.dataset_summary(tiny_dataset)
+    assert header[:3] == ["configuration", "problems", "rules / problem"] and len(header) == 4 + 8
+    assert [r[0] for r in rows] == ["Center", "L-R"]
+    assert [r[2] for r in rows] == ["4.00", "8.00"]  # 4 rule groups per component
+    for row in rows:
+        assert sum(row[4:]) == row[1]  # every problem has one answer position
+
+
+def test_rpm_figures_from_dataset(tiny_dataset):
+    lines = nbviz.dataset_rule_lines(tiny_dataset, 2)
+    assert len(lines) == 8 and lines[0].startswith("Left:") and lines[4].startswith("Right:")
+    fig = nbviz.rpm_figure(tiny_dataset, 0, predicted=None)
+    assert fig._suptitle.get_text() == "Center · center_single/RAVEN_0_train"
+    gallery = nbviz.rpm_gallery(tiny_dataset, [0, 2], predicted=[1, 2])
+    assert len(gallery.subfigs) == 2
+    with pytest.raises(ValueError, match="2 problems"):
+        nbviz.rpm_gallery(tiny_dataset, [0, 2], predicted=[1])
+
+
+def test_solved_matrix_places_context_and_answer():
+    panels = np.stack([np.full((4, 4), k, dtype=np.uint8) for k in range(16)])
+    m = nbviz.solved_matrix(panels, target=3, gap=1, gap_value=200)
+    assert m.shape == (14, 14)
+    assert m[0, 0] == 0 and m[0, 5] == 1 and m[5, 0] == 3 and m[10, 5] == 7
+    assert m[10, 10] == 8 + 3  # the answer fills the ninth cell
+    assert m[4, 0] == 200 and m[0, 4] == 200
+    with pytest.raises(ValueError):
+        nbviz.solved_matrix(panels, target=8)
+
+
+def test_augmentation_examples(tiny_dataset):
+    sample = tiny_dataset[0]
+    panels, target = sample["panels"].numpy(), int(sample["target"])
+    singles = nbviz.single_transform_examples(panels, target, False, ["hflip", "grid2"], seed=0)
+    assert list(singles) == ["original", "hflip", "grid2"]
+    np.testing.assert_array_equal(singles["hflip"], nbviz.solved_matrix(panels[:, :, ::-1], target))
+    kept = nbviz.single_transform_examples(panels, target, True, ["grid2"], seed=0)
+    assert list(kept)[1] == "grid2: skipped (position rule)"
+    np.testing.assert_array_equal(kept["grid2: skipped (position rule)"], kept["original"])
+    draws = nbviz.recipe_examples(panels, target, False, "official", 4, seed=0)
+    assert list(draws) == list(nbviz.recipe_examples(panels, target, False, "official", 4, seed=0))  # seeded
+    assert [k.split(".")[0] for k in draws] == ["1", "2", "3", "4"]
+    fig = nbviz.plot_matrices(draws, ncols=3)
+    assert len(fig.axes) == 6 and [ax.get_title() for ax in fig.axes[:4]] == list(draws)
+
+
+def test_describe_applied():
+    from rpm_lib.augment import AppliedTransform
+
+    assert nbviz.describe_applied([]) == "identity"
+    applied = [AppliedTransform("hflip", {}), AppliedTransform("rotate", {"angle": 37.4}),
+               AppliedTransform("roll_vh", {"dy": 3, "dx": 5})]
+    assert nbviz.describe_applied(applied) == "hflip + rotate 37° + roll_vh (3, 5)"
+
+
+def test_decode_and_compare_rules():
+    vec = rules.raven_sparse(CENTER)
+    words = nbviz.decode_rules(vec, "sparse38")
+    assert "component 0: Progression on Type" in words
+    probs = vec * 0.9
+    probs[rules.RAVEN_RULE_PAIRS.index(("Constant", "Color"))] = 0.7  # an extra rule
+    guess = nbviz.decode_rules(probs, "sparse38", threshold=0.5)
+    diff = nbviz.compare_rules(words, guess)
+    assert diff["missing"] == [] and diff["extra"] == ["component 0: Constant on Color"]
+    assert nbviz.decode_rules(rules.raven_dense(CENTER), "dense") == ["Constant", "Progression", "Arithmetic",
+                                                                     "Distribute_Three", "Number", "Position",
+                                                                     "Type", "Size", "Color"]
+    np.testing.assert_allclose(nbviz.sigmoid(np.array([-800.0, 0.0, 800.0])), [0.0, 0.5, 1.0])
+
+
+def test_history_x_counts_epochs_across_stages():
+    h = {"stage": np.array(["pretrain", "pretrain", "linear", "linear"], dtype=object),
+         "epoch": np.array([0.0, 1.0, 0.0, 1.0]), "val_loss": np.array([3.0, 2.0, 1.0, 0.5])}
+    x, label, boundaries = nbviz.history_x(h)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and boundaries == [(0.0, "pretrain"), (2.0, "linear")]
+    fig = nbviz.plot_history(h)
+    assert fig.axes[0].lines[0].get_xdata().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert len(fig.axes[0].texts) == 2  # stage names
+
+
+def test_project_root_and_resolve_path(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "notebooks").mkdir()
+    assert nbviz.project_root(tmp_path / "notebooks") == tmp_path.resolve()
+    assert nbviz.resolve_path("data/x", tmp_path / "notebooks") == tmp_path.resolve() / "data" / "x"
+    assert nbviz.resolve_path("/abs/p", tmp_path) == Path("/abs/p")

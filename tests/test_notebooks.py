@@ -1,0 +1,185 @@
+"""Notebooks: nbval regression notebooks (tests/notebooks) and every template in notebooks/ under papermill.
+
+* ``test_regression_notebooks_match_stored_outputs`` runs ``pytest --nbval`` on ``tests/notebooks`` in a
+  subprocess (the only place they run: ``pytest tests`` does not collect .ipynb files without ``--nbval``,
+  and ``notebooks`` is in ``norecursedirs``), sanitised with ``tests/notebooks/sanitize.cfg``.
+* ``test_template_runs_headless`` executes each template with tiny parameters (``interactive=False``) into
+  ``tmp_path`` and checks what it wrote. ``03_train`` is executed by a 2-run ``rpm-batch`` (which also checks
+  the runner with the real template); 04 / 05 / 06 read that batch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from rpm_lib import batch
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATES = REPO / "notebooks"
+REGRESSION = REPO / "tests" / "notebooks"
+
+#: Tiny training (a few seconds on one core): used by the batch that runs 03_train.
+TINY_TRAIN: dict[str, Any] = {
+    "encoder": "scl", "setup": "mlcl", "image_size": 32, "batch_size": 4, "max_epochs": 1,
+    "limit_train_batches": 2, "limit_val_batches": 1, "configurations": ["Center", "2x2Grid", "L-R"],
+    "progress_bar": False, "accelerator": "cpu", "num_workers": 0,
+}
+
+
+def _outputs_with_errors(nb: nbformat.NotebookNode) -> list[str]:
+    return [f"{o.ename}: {o.evalue}" for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+
+
+def _stream_text(nb: nbformat.NotebookNode) -> str:
+    return "".join(o.text for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
+
+
+def _execute(template: str, out_dir: Path, **parameters: Any) -> nbformat.NotebookNode:
+    out = out_dir / template
+    batch.execute_notebook(TEMPLATES / template, out, {"output_dir": str(out_dir / "figures"), **parameters},
+                           cwd=REPO, execution_timeout=300)
+    nb = nbformat.read(out, as_version=4)
+    assert not _outputs_with_errors(nb)
+    assert nb.metadata.papermill.exception is not True
+    return nb
+
+
+@pytest.fixture(scope="module")
+def sample_data(tmp_path_factory) -> Path:
+    """10 generated problems per configuration (6 train / 2 val / 2 test each)."""
+    from rpm_lib.generator.writer import write_dataset
+
+    root = tmp_path_factory.mktemp("data") / "iraven"
+    write_dataset(root, "all", count=10, seed=0, write_xml=False, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_batch(tmp_path_factory, sample_data) -> Path:
+    """``rpm-batch`` of 03_train over two seeds (run in parallel), plus two fake ablation copies for 06."""
+    work = tmp_path_factory.mktemp("batch")
+    config = work / "tiny.yaml"
+    fixed = {**TINY_TRAIN, "data_root": str(sample_data)}
+    config.write_text(
+        f"template: {TEMPLATES / '03_train.ipynb'}\nout: {work / 'out'}\n"
+        f"fixed: {json.dumps(fixed)}\n"
+        "axes: {encoder: [scl], setup: [mlcl], seed: [0, 1]}\n"
+    )
+    results = batch.run_batch(config, jobs=2, quiet=True)
+    failed = [r.error for r in results if r.status != "done"]
+    assert not failed, failed
+    # An ablation grid for 06's plots: the same runs relabelled with a beta value (no extra training).
+    for seed, beta in ((0, 0.0), (1, 10.0)):
+        src = work / "out" / "main" / f"encoder-scl__setup-mlcl__seed-{seed}"
+        dst = work / "out" / "ablation_beta" / f"encoder-scl__setup-mlcl__beta-{beta}__seed-0"
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("checkpoints", "*.ipynb"))
+        info = json.loads((dst / "run.json").read_text())
+        info.update(grid="ablation_beta", name=dst.name,
+                    labels={"encoder": "scl", "setup": "mlcl", "beta": str(beta), "seed": "0"},
+                    parameters={**info["parameters"], "beta": beta})
+        (dst / "run.json").write_text(json.dumps(info))
+    return work / "out"
+
+
+def test_regression_notebooks_match_stored_outputs():
+    notebooks = sorted(REGRESSION.glob("*.ipynb"))
+    assert len(notebooks) >= 3
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env",
+         "--nbval-sanitize-with", str(REGRESSION / "sanitize.cfg"), "-p", "no:cacheprovider", "-q",
+         *map(str, notebooks)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"},
+    )
+    assert result.returncode == 0, (
+        "nbval regression notebooks differ from their stored outputs (regenerate with "
+        f"`python tools/regen_notebooks.py` if the change is intended):\n"
+        f"{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
+    )
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def test_01_explore_dataset(tmp_path):
+    nb = _execute("01_explore_dataset.ipynb", tmp_path, data_root="", sample_root=str(tmp_path / "sample"),
+                  sample_per_config=10, split="test", interactive=False)
+    assert "14 test problems, 7 configurations" in _stream_text(nb)
+    figures = tmp_path / "figures"
+    assert {"gallery.png", "rule_frequencies.png", "answer_positions.png", "summary.csv", "summary.md"} <= {
+        p.name for p in figures.iterdir()}
+    assert len((figures / "summary.csv").read_text().splitlines()) == 1 + 7
+    assert (tmp_path / "sample" / "center_single").is_dir()  # generated offline, no data_root needed
+
+
+def test_02_augmentations(tmp_path, sample_data):
+    nb = _execute("02_augmentations.ipynb", tmp_path, data_root=str(sample_data), configuration="2x2Grid",
+                  num_random=3, recipes=["official"], interactive=False)
+    assert "distribute_four/RAVEN_0_train" in _stream_text(nb)
+    names = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {"original.png", "single_transforms.png", "recipe_official.png"} <= names
+    # the widget cell did not run: no widget outputs in a headless run
+    assert "application/vnd.jupyter.widget-view+json" not in json.dumps(nb.cells[-1].get("outputs", []))
+
+
+def test_03_train_by_batch(tiny_batch):
+    runs = sorted((tiny_batch / "main").iterdir())
+    assert [r.name for r in runs] == ["encoder-scl__setup-mlcl__seed-0", "encoder-scl__setup-mlcl__seed-1"]
+    for run in runs:
+        nb = nbformat.read(run / "03_train.ipynb", as_version=4)
+        assert not _outputs_with_errors(nb)
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["config"]["run_dir"] == str(run)  # the batch's run_dir reached TrainConfig
+        assert metrics["config"]["image_size"] == 32
+        assert [s["name"] for s in metrics["stages"]] == ["pretrain", "linear"]
+        assert {"history.png", "accuracy.png", "accuracy.csv"} <= {p.name for p in (run / "03_train").iterdir()}
+        tagged = [c for c in nb.cells if "metrics" in c.metadata.get("tags", [])]
+        shown = tagged[0].outputs[0].data["application/json"]
+        assert shown["test_accuracy"] == metrics["test_accuracy"]
+    assert (tiny_batch / "table1.md").read_text().count("| SCL | MLCL |") == 1
+
+
+def test_04_evaluate(tmp_path, tiny_batch):
+    run = tiny_batch / "main" / "encoder-scl__setup-mlcl__seed-0"
+    nb = _execute("04_evaluate.ipynb", tmp_path, run_dir=str(run), num_failures=2, interactive=False)
+    text = _stream_text(nb)
+    assert "scl · mlcl · seed 0: test accuracy" in text and "test problems answered wrongly" in text
+    names = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {"accuracy_per_configuration.png", "accuracy_per_configuration.csv", "confusion.png"} <= names
+    rows = (tmp_path / "figures" / "accuracy_per_configuration.csv").read_text().splitlines()
+    assert rows[1].startswith("Average,6,") and len(rows) == 1 + 1 + 3  # header, average, 3 configurations
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert ("failures.png" in names) == (metrics["test_accuracy"] < 1.0)
+
+
+def test_05_rule_predictions(tmp_path, tiny_batch):
+    run = tiny_batch / "main" / "encoder-scl__setup-mlcl__seed-1"
+    nb = _execute("05_rule_predictions.ipynb", tmp_path, run_dir=str(run), num_examples=2, interactive=False)
+    text = _stream_text(nb)
+    assert "6 test problems, sparse38 rules (38 slots)" in text
+    assert text.count("(answer ") == 2 and "Constant on Number/Position" in text
+    names = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {"rule_heatmap.png", "per_rule_f1.png", "per_rule.csv"} <= names
+
+
+def test_06_results_table(tmp_path, tiny_batch):
+    nb = _execute("06_results_table.ipynb", tmp_path, batch_dir=str(tiny_batch))
+    text = _stream_text(nb)
+    assert "4 runs: 4 finished, 0 failed, 0 pending" in text and "no finished runs vary batch_size" in text
+    figures = tmp_path / "figures"
+    names = {p.name for p in figures.iterdir()}
+    assert {"table1.md", "table1.csv", "table1.png", "ablation_beta.png", "runs.csv"} <= names
+    table = (figures / "table1.md").read_text()
+    assert "| SCL | MLCL | – | 2 |" in table and "95.7 ± 0.5" in table  # ours (2 seeds) beside the paper
+
+
+def test_every_template_has_a_test():
+    tested = {"01_explore_dataset", "02_augmentations", "03_train", "04_evaluate", "05_rule_predictions",
+              "06_results_table"}
+    assert {p.stem for p in TEMPLATES.glob("*.ipynb")} == tested
