@@ -1,0 +1,95 @@
+"""``rpm-generate``: write an I-RAVEN (balanced) or RAVEN (original) data set in the released layout.
+
+Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
+
+    rpm-generate --out data/i-raven --num-per-config 10000 --configurations all --seed 1234 \\
+        --mode balanced --workers 2
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Sequence
+
+from rpm_lib.generator.writer import ALL_CONFIGURATIONS, resolve_configurations, write_dataset
+
+_EPILOG = f"""\
+output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k % 10:
+0-5 train, 6-7 val, 8-9 test. Keys: image (16,160,160) uint8, target, predict (= target), meta_matrix
+(8,9), meta_target (9), structure, meta_structure (21).
+
+Resumable: finished problems are skipped, so rerun the same command after an interruption. Files are
+written under a temporary name and renamed into place (.npz first, .xml last).
+Deterministic: problem k of configuration c depends only on (seed, c, k), so the files are
+byte-identical for any --workers and across interruptions.
+
+configurations: {", ".join(ALL_CONFIGURATIONS)}
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rpm-generate",
+        description="Generate RAVEN-style problems (I-RAVEN balanced candidates by default) as .npz + .xml files.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", required=True, help="output root folder (created if missing)")
+    parser.add_argument("--num-per-config", type=int, default=10000, metavar="N",
+                        help="problems per configuration (default: 10000, the I-RAVEN size)")
+    parser.add_argument("--configurations", default="all",
+                        help="'all' (default) or a comma-separated list of configuration folder names")
+    parser.add_argument("--seed", type=int, default=1234, help="base seed (default: 1234)")
+    parser.add_argument("--mode", choices=("balanced", "original"), default="balanced",
+                        help="candidate generation: 'balanced' = I-RAVEN (default), 'original' = RAVEN (biased)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default: 1)")
+    parser.add_argument("--start", type=int, default=0, metavar="K",
+                        help="first problem index k (default: 0); generates k = start .. start+N-1")
+    parser.add_argument("--no-xml", action="store_true", help="write only the .npz files (no .xml annotations; a few %% faster, 8 %% less disk)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``rpm-generate``; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.num_per_config < 0:
+        parser.error("--num-per-config must be >= 0")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.start < 0:
+        parser.error("--start must be >= 0")
+    try:
+        configurations = resolve_configurations(args.configurations)
+    except ValueError as error:
+        parser.error(str(error))
+    began = time.perf_counter()
+    try:
+        summary = write_dataset(
+            args.out,
+            configurations,
+            count=args.num_per_config,
+            seed=args.seed,
+            mode=args.mode,
+            workers=args.workers,
+            write_xml=not args.no_xml,
+            start=args.start,
+            progress=not args.quiet,
+        )
+    except RuntimeError as error:
+        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - began
+    rate = summary["written"] / seconds if seconds > 0 else 0.0
+    print(
+        f"rpm-generate: {summary['total']} problems in {args.out} "
+        f"({summary['written']} written, {summary['skipped']} already complete) "
+        f"in {seconds:.1f} s ({rate:.1f} problems/s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The label arrays of a RAVEN / I-RAVEN .npz (spec §3.2), computed from a ``Problem``.
+
+``meta_matrix`` (8, 9) uint8: row ``4 * component + group`` (group 0 Number/Position, 1 Type, 2 Size,
+3 Color), a one-hot relation in columns 0..3 (Constant, Progression, Arithmetic, Distribute_Three) and
+the attribute(s) in columns 4..8 (Number, Position, Type, Size, Color; the joint Constant rule on
+"Number/Position" sets both 4 and 5). ``meta_target`` (9,) uint8 = OR over the rows.
+``structure`` (L,) bytes: the pre-order serialisation of the scene tree with "/" closing markers.
+``meta_structure`` (21,) uint8: multi-hot of the tree's node names over ``META_STRUCTURE_FORMAT``.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from rpm_lib.generator.constants import CONFIG_SPECS, META_STRUCTURE_FORMAT
+from rpm_lib.generator.problem import Problem, Rule
+
+RELATION_COLUMNS: dict[str, int] = {"Constant": 0, "Progression": 1, "Arithmetic": 2, "Distribute_Three": 3}
+ATTRIBUTE_COLUMNS: dict[str, tuple[int, ...]] = {
+    "Number": (4,), "Position": (5,), "Number/Position": (4, 5), "Type": (6,), "Size": (7,), "Color": (8,),
+}
+#: Row of an attribute inside its component's 4-row block.
+ATTRIBUTE_GROUP: dict[str, int] = {"Number": 0, "Position": 0, "Number/Position": 0, "Type": 1, "Size": 2, "Color": 3}
+
+
+def meta_matrix(rules: list[Rule]) -> np.ndarray:
+    """uint8 ``(8, 9)`` rule matrix of 4 (one component) or 8 (two components) rules."""
+    matrix = np.zeros((8, 9), np.uint8)
+    for rule in rules:
+        if rule.name not in RELATION_COLUMNS or rule.attr not in ATTRIBUTE_COLUMNS:
+            raise ValueError(f"unknown rule {rule.name!r} on {rule.attr!r}")
+        if rule.component not in (0, 1):
+            raise ValueError(f"rule component must be 0 or 1, got {rule.component}")
+        row = 4 * rule.component + ATTRIBUTE_GROUP[rule.attr]
+        if matrix[row].any():
+            raise ValueError(f"two rules on component {rule.component}, group {ATTRIBUTE_GROUP[rule.attr]}")
+        matrix[row, RELATION_COLUMNS[rule.name]] = 1
+        matrix[row, list(ATTRIBUTE_COLUMNS[rule.attr])] = 1
+    return matrix
+
+
+def meta_target(matrix: np.ndarray) -> np.ndarray:
+    """uint8 ``(9,)``: bitwise OR of the rows of ``meta_matrix``."""
+    return np.bitwise_or.reduce(np.asarray(matrix, np.uint8), axis=0)
+
+
+@lru_cache(maxsize=None)
+def structure_tokens(configuration: str) -> tuple[str, ...]:
+    """Pre-order node names with "/" after each closed node, e.g. center_single ->
+    ``("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/")``."""
+    spec = CONFIG_SPECS.get(configuration)
+    if spec is None:
+        raise ValueError(f"unknown configuration {configuration!r}")
+    # The reference serialises the tree as: a layout (leaf) -> "name./"; any other node ->
+    # "name." + "".join(child + ".") + "/"; the token list is that string split on ".".
+    def serialise(name: str, children: list) -> str:
+        if not children:
+            return name + "./"
+        return name + "." + "".join(serialise(*child) + "." for child in children) + "/"
+
+    tree = [(spec.structure, [(component, [(layout, [])]) for component, layout in spec.components])]
+    text = serialise("Scene", tree)
+    return tuple(text.split("."))
+
+
+def structure(configuration: str) -> np.ndarray:
+    """The ``structure`` array: bytes ``(L,)``, dtype ``S<longest name>`` (as ``np.savez`` wrote it)."""
+    return np.array([token.encode("ascii") for token in structure_tokens(configuration)])
+
+
+def meta_structure(configuration: str) -> np.ndarray:
+    """uint8 ``(21,)`` multi-hot of the configuration's node names over ``META_STRUCTURE_FORMAT``."""
+    vector = np.zeros(len(META_STRUCTURE_FORMAT), np.uint8)
+    for token in structure_tokens(configuration):
+        if token in META_STRUCTURE_FORMAT:
+            vector[META_STRUCTURE_FORMAT.index(token)] = 1
+    return vector
+
+
+def problem_labels(problem: Problem) -> dict[str, np.ndarray]:
+    """All label arrays of ``problem``: ``meta_matrix``, ``meta_target``, ``structure``, ``meta_structure``."""
+    matrix = meta_matrix(problem.rules)
+    n_components = len(CONFIG_SPECS[problem.configuration].components)
+    filled = sorted({r.component for r in problem.rules})
+    if filled != list(range(n_components)) or len(problem.rules) != 4 * n_components:
+        raise ValueError(
+            f"{problem.configuration} needs 4 rules on each of its {n_components} component(s); "
+            f"got {len(problem.rules)} on components {filled}"
+        )
+    return {
+        "meta_matrix": matrix,
+        "meta_target": meta_target(matrix),
+        "structure": structure(problem.configuration),
+        "meta_structure": meta_structure(problem.configuration),
+    }

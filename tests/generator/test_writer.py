@@ -1,0 +1,148 @@
+"""Files: released layout, keys, dtypes; atomic + resumable + deterministic set writing."""
+from __future__ import annotations
+
+import filecmp
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rpm_lib.generator import writer
+from rpm_lib.generator.labels import problem_labels
+from rpm_lib.generator.xml_io import read_problem_xml
+
+SMALL = ["center_single", "in_distribute_four_out_center_single"]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_split_by_index_mod_10():
+    assert [writer.split_of(k) for k in range(12)] == ["train"] * 6 + ["val"] * 2 + ["test"] * 2 + ["train"] * 2
+    assert writer.problem_stem("r", "center_single", 17).as_posix() == "r/center_single/RAVEN_17_val"
+    with pytest.raises(ValueError):
+        writer.split_of(-1)
+
+
+def test_written_problem_matches_the_reference_file_format(iraven_reference, tmp_path):
+    for source in sorted(iraven_reference.glob("*/RAVEN_0_train.xml")):
+        problem = read_problem_xml(source)
+        (tmp_path / problem.configuration).mkdir()
+        stem = writer.problem_stem(tmp_path, problem.configuration, 0)
+        writer.write_problem(problem, stem)
+        npz = stem.with_name(stem.name + ".npz")
+        assert zipfile.ZipFile(npz).testzip() is None
+        with np.load(npz, allow_pickle=False) as ours, np.load(source.with_suffix(".npz")) as reference:
+            assert ours.files == reference.files
+            for key in reference.files:
+                assert ours[key].dtype == reference[key].dtype, key
+                assert ours[key].shape == reference[key].shape, key
+                if key != "predict":  # the reference solver's pick; ours is the target
+                    assert np.array_equal(ours[key], reference[key]), key
+            assert int(ours["predict"]) == int(ours["target"])
+        assert npz.stat().st_size == writer.expected_npz_size(problem.configuration)
+        assert stem.with_name(stem.name + ".xml").read_bytes() == source.read_bytes()
+        assert read_problem_xml(stem.with_name(stem.name + ".xml")) == problem
+        assert not list(tmp_path.rglob(".*tmp"))
+
+
+def test_generated_problem_files_round_trip(tmp_path):
+    from rpm_lib.generator.api import generate_problem, problem_rng
+
+    for mode in ("balanced", "original"):
+        problem = generate_problem("distribute_four", problem_rng(7, "distribute_four", 3), mode)
+        (tmp_path / mode).mkdir()
+        stem = tmp_path / mode / "RAVEN_3_train"
+        writer.write_problem(problem, stem)
+        loaded = read_problem_xml(stem.with_name(stem.name + ".xml"))
+        assert loaded.context == problem.context and loaded.candidates == problem.candidates
+        assert loaded.target == problem.target and loaded.modified == problem.modified
+        assert [(r.component, r.name, r.attr) for r in loaded.rules] == [
+            (r.component, r.name, r.attr) for r in problem.rules]
+        with np.load(stem.with_name(stem.name + ".npz")) as data:
+            assert np.array_equal(data["meta_matrix"], problem_labels(problem)["meta_matrix"])
+            assert int(data["target"]) == problem.target
+
+
+def test_a_failed_write_leaves_neither_a_final_nor_a_temporary_file(iraven_reference, tmp_path, monkeypatch):
+    problem = read_problem_xml(iraven_reference / "center_single" / "RAVEN_0_train.xml")
+
+    def broken(arrays, handle):
+        handle.write(b"PK partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer, "write_npz", broken)
+    with pytest.raises(OSError, match="disk full"):
+        writer.write_problem(problem, tmp_path / "RAVEN_0_train")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_is_complete_detects_missing_and_truncated_files(iraven_reference, tmp_path):
+    problem = read_problem_xml(iraven_reference / "center_single" / "RAVEN_0_train.xml")
+    stem = tmp_path / "RAVEN_0_train"
+    assert not writer.is_complete(stem, "center_single")
+    writer.write_problem(problem, stem)
+    assert writer.is_complete(stem, "center_single")
+    xml = stem.with_name(stem.name + ".xml")
+    xml.write_bytes(xml.read_bytes()[:-3])
+    assert not writer.is_complete(stem, "center_single")
+    assert writer.is_complete(stem, "center_single", write_xml=False)
+    npz = stem.with_name(stem.name + ".npz")
+    npz.write_bytes(npz.read_bytes()[:1000])
+    assert not writer.is_complete(stem, "center_single", write_xml=False)
+
+
+def test_set_is_byte_identical_for_one_and_two_workers(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    writer.write_dataset(one, SMALL, count=6, seed=5, workers=1, progress=False, chunk_size=2)
+    writer.write_dataset(two, SMALL, count=6, seed=5, workers=2, progress=False, chunk_size=2)
+    files = _tree(one)
+    assert len(files) == 2 * 6 * 2
+    assert files == _tree(two)
+
+
+def test_resume_rewrites_only_missing_or_damaged_problems(tmp_path):
+    root = tmp_path / "set"
+    first = writer.write_dataset(root, SMALL, count=5, seed=3, progress=False)
+    assert first == {"total": 10, "skipped": 0, "written": 10}
+    pristine = _tree(root)
+    folder = root / "center_single"
+    (folder / "RAVEN_1_train.xml").unlink()                      # interrupted before the .xml
+    (folder / "RAVEN_2_train.npz").unlink()                      # both gone... .xml alone is not enough
+    damaged = folder / "RAVEN_3_train.npz"
+    damaged.write_bytes(damaged.read_bytes()[:5000])             # truncated by someone else
+    (folder / ".RAVEN_4_train.npz.999.tmp").write_bytes(b"junk")  # left by a killed writer
+    again = writer.write_dataset(root, SMALL, count=5, seed=3, progress=False)
+    assert again == {"total": 10, "skipped": 7, "written": 3}
+    assert _tree(root) == pristine
+    assert writer.write_dataset(root, SMALL, count=5, seed=3, progress=False)["written"] == 0
+
+
+def test_no_xml_mode_writes_only_npz(tmp_path):
+    writer.write_dataset(tmp_path, ["center_single"], count=3, seed=1, write_xml=False, progress=False)
+    names = sorted(p.name for p in (tmp_path / "center_single").iterdir())
+    assert names == ["RAVEN_0_train.npz", "RAVEN_1_train.npz", "RAVEN_2_train.npz"]
+
+
+def test_write_dataset_validates_its_arguments(tmp_path):
+    with pytest.raises(ValueError, match="unknown configuration"):
+        writer.write_dataset(tmp_path, ["centre"], count=1, progress=False)
+    with pytest.raises(ValueError, match="mode"):
+        writer.write_dataset(tmp_path, "all", count=1, mode="fair", progress=False)
+    assert writer.resolve_configurations("all") == list(writer.ALL_CONFIGURATIONS)
+    assert writer.resolve_configurations("center_single, distribute_four") == ["center_single", "distribute_four"]
+
+
+def test_generated_files_have_the_reference_keys_shapes_and_dtypes(iraven_reference, tmp_path):
+    writer.write_dataset(tmp_path, "all", count=1, seed=11, progress=False)
+    for configuration in writer.ALL_CONFIGURATIONS:
+        ours_path = tmp_path / configuration / "RAVEN_0_train.npz"
+        with np.load(ours_path, allow_pickle=False) as ours, \
+                np.load(iraven_reference / configuration / "RAVEN_0_train.npz") as reference:
+            assert ours.files == reference.files
+            for key in reference.files:
+                assert (ours[key].shape, ours[key].dtype) == (reference[key].shape, reference[key].dtype), key
+        assert ours_path.stat().st_size == (iraven_reference / configuration / "RAVEN_0_train.npz").stat().st_size
+        assert read_problem_xml(ours_path.with_suffix(".xml")).configuration == configuration
