@@ -67,8 +67,10 @@ def _check_panels(panels: np.ndarray) -> np.ndarray:
 
 
 def _frame(ax, color: str, width: float = 4.0) -> None:
-    ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, fill=False, edgecolor=color,
-                           linewidth=width, clip_on=False))
+    # Drawn just outside the axes: shapes in corner slots touch the panel border and must stay visible.
+    pad = 0.04
+    ax.add_patch(Rectangle((-pad, -pad), 1 + 2 * pad, 1 + 2 * pad, transform=ax.transAxes, fill=False,
+                           edgecolor=color, linewidth=width, clip_on=False))
 
 
 def _show_panel(ax, panel: np.ndarray, label: str | None = None) -> None:
