@@ -1,0 +1,522 @@
+"""The one training configuration: a dataclass read from / written to YAML, with key=value overrides.
+
+The same :class:`TrainConfig` drives notebooks (``train(TrainConfig(...))``), the ``rpm-train`` CLI
+(``rpm-train --config configs/iraven.yaml setup=mlcl_aug beta=15``) and SLURM / torchrun jobs, and
+is written as ``<run_dir>/config.yaml`` so every run can be re-run exactly.
+
+Every field carries metadata: ``help`` (meaning and unit), ``group`` (for ``--help``), and optional
+``choices`` / ``minimum`` / ``exclusive_minimum`` constraints. Validation happens on construction;
+every problem raises :class:`ConfigError` naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+#: The paper's training setups (see :mod:`rpm_lib.training.setups`).
+SETUP_NAMES: tuple[str, ...] = ("ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug")
+#: Rule encodings: ``auto`` picks dense for ``ce_aux_dense`` and the dataset's sparse code otherwise.
+RULE_ENCODINGS: tuple[str, ...] = ("auto", "dense", "sparse38", "sparse40", "sparse50")
+DATASETS: tuple[str, ...] = ("iraven", "pgm")
+#: Lightning precision strings accepted by the ``precision`` field (``auto``: bf16/fp16 mixed on GPU, fp32 on CPU).
+PRECISIONS: tuple[str, ...] = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
+
+
+class ConfigError(ValueError):
+    """A configuration value, key or file is invalid; the message names the field (or file)."""
+
+
+def _field(default: Any = dataclasses.MISSING, help: str = "", group: str = "run", **constraints: Any) -> Any:
+    """A dataclass field with ``help`` / ``group`` / constraint metadata; list/dict defaults are copied."""
+    metadata = {"help": help, "group": group, **constraints}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything one training run needs. Paper defaults for I-RAVEN (batch 128, lr 0.002, <= 100 epochs).
+
+    Construct with keywords, from YAML (:meth:`from_yaml`), from a dict (:meth:`from_dict`), or apply
+    ``key=value`` strings with :meth:`with_overrides`. Invalid values raise :class:`ConfigError`.
+    """
+
+    # --- run -------------------------------------------------------------------------------------
+    run_dir: str = _field("runs/train", "output folder: config.yaml, checkpoints/, history.csv, metrics.json, "
+                          "predictions.npz", "run")
+    seed: int = _field(0, "master seed: weights, sampler order, answer shuffling and augmentation are pure "
+                       "functions of (seed, epoch, index)", "run", minimum=0)
+    resume: bool = _field(False, "continue from <run_dir>/checkpoints (finished stages are skipped, the "
+                          "interrupted one restarts from its last.ckpt)", "run")
+    overwrite: bool = _field(False, "delete existing checkpoints/results in run_dir instead of refusing to start",
+                             "run")
+    progress_bar: bool = _field(True, "show progress bars (turn off for headless / SLURM logs)", "run")
+    save_predictions: bool = _field(True, "write per-sample test predictions to <run_dir>/predictions.npz", "run")
+    log_every_n_steps: int = _field(50, "Lightning logging interval in optimiser steps", "run", minimum=1)
+
+    # --- data ------------------------------------------------------------------------------------
+    dataset: str = _field("iraven", "dataset family: iraven (I-RAVEN / RAVEN file layout) or pgm", "data",
+                          choices=DATASETS)
+    data_root: str = _field("data/iraven", "dataset folder: raw files or an 80 px cache made by "
+                            "`rpm-data prepare`", "data")
+    pgm_regime: str = _field("neutral", "PGM regime to train and test on (dataset=pgm only)", "data")
+    configurations: Union[list[str], None] = _field(None, "I-RAVEN configurations to use (folder or short "
+                                                    "names, e.g. [Center, 2x2Grid]); null = all 7", "data")
+    image_size: int = _field(80, "panel side in pixels fed to the encoder", "data", minimum=8)
+    rule_encoding: str = _field("auto", "rule vector for the auxiliary loss and the MLCL positives: auto "
+                                "(dense for ce_aux_dense, sparse38 / sparse50 otherwise), dense, sparse38, "
+                                "sparse40 (RAVEN), sparse50 (PGM)", "data", choices=RULE_ENCODINGS)
+    generate: bool = _field(False, "first generate generate_num_per_config balanced I-RAVEN problems per "
+                            "configuration into data_root (resumable; existing problems are kept; skipped for a "
+                            "cache; dataset=iraven only)", "data")
+    generate_num_per_config: int = _field(100, "problems per configuration to generate (split 60/20/20 by "
+                                          "index)", "data", minimum=10)
+    generate_seed: int = _field(0, "generator seed", "data", minimum=0)
+    generate_workers: int = _field(0, "generator worker processes (0 = in-process)", "data", minimum=0)
+    max_train_samples: Union[int, None] = _field(None, "use a seeded random subset of this many training "
+                                                 "problems (null = all)", "data", minimum=1)
+    max_val_samples: Union[int, None] = _field(None, "same for validation", "data", minimum=1)
+    max_test_samples: Union[int, None] = _field(None, "same for test", "data", minimum=1)
+    num_workers: int = _field(0, "DataLoader worker processes per device", "data", minimum=0)
+
+    # --- model -----------------------------------------------------------------------------------
+    encoder: str = _field("scl", "encoder name from rpm_lib.encoders.list_encoders() (scl, copinet, hrinet, "
+                          "wren)", "model")
+    encoder_kwargs: dict[str, Any] = _field({}, "extra keyword arguments for create_encoder (image_size is "
+                                            "taken from the image_size field)", "model")
+    rule_pooling: str = _field("mean", "rule head pooling over the 8 completions: mean (answer-order invariant; "
+                               "the default because answers are shuffled) or concat (order-dependent, as in the "
+                               "released MLCL code)", "model", choices=("mean", "concat"))
+    projection_dim: int = _field(128, "output size of the MLCL projection head", "model", minimum=1)
+
+    # --- objective -------------------------------------------------------------------------------
+    setup: str = _field("mlcl", "training setup: ce, ce_aux_dense, ce_aux_sparse, mlcl (contrastive "
+                        "pre-training + linear evaluation), mlcl_aug (mlcl with two augmented views)",
+                        "objective", choices=SETUP_NAMES)
+    beta: float = _field(10.0, "weight of the auxiliary rule loss (0 disables the rule head)", "objective",
+                         minimum=0.0)
+    gamma: float = _field(1.0, "weight of the multi-label contrastive loss (mlcl setups; 0 disables it)",
+                          "objective", minimum=0.0)
+    temperature: float = _field(0.07, "MLCL temperature tau", "objective", exclusive_minimum=0.0)
+    negatives: str = _field("batch", "MLCL extra negatives (wrong completions): batch (all in the batch), own "
+                            "(the anchor's own RPM), none (ablation)", "objective",
+                            choices=("batch", "own", "none"))
+    mlcl_numerics: str = _field("paper", "MLCL log-sum-exp: paper (one shared normaliser) or official "
+                                "(the released code's two-max variant)", "objective",
+                                choices=("paper", "official"))
+    answer_loss: str = _field("ce", "answer loss on the scoring head: ce (paper) or copinet_contrast (BCE on "
+                              "one-hot, as the CoPINet release)", "objective",
+                              choices=("ce", "copinet_contrast"))
+    augment: str = _field("auto", "augmentation recipe of rpm_lib.augment for training views: auto "
+                          "(official for mlcl_aug, none otherwise), none, or a recipe name", "objective")
+
+    # --- optimisation ----------------------------------------------------------------------------
+    batch_size: int = _field(128, "RPMs per optimiser step per device (views multiply it for the encoder)",
+                             "optimisation", minimum=1)
+    lr: float = _field(0.002, "Adam learning rate of the first stage", "optimisation", exclusive_minimum=0.0)
+    adam_beta1: float = _field(0.9, "Adam beta1", "optimisation", minimum=0.0)
+    adam_beta2: float = _field(0.999, "Adam beta2", "optimisation", minimum=0.0)
+    adam_eps: float = _field(1e-8, "Adam epsilon", "optimisation", exclusive_minimum=0.0)
+    weight_decay: float = _field(0.0, "Adam (L2) weight decay", "optimisation", minimum=0.0)
+    max_epochs: int = _field(100, "epoch limit of the first stage", "optimisation", minimum=1)
+    max_steps: int = _field(-1, "optimiser-step limit per stage (-1 = none; for tiny runs)", "optimisation",
+                            minimum=-1)
+    patience: int = _field(10, "early stopping: epochs without val-loss improvement before a stage ends",
+                           "optimisation", minimum=1)
+    min_delta: float = _field(0.0, "early stopping: smallest val-loss decrease that counts", "optimisation",
+                              minimum=0.0)
+    restore_best: bool = _field(True, "at the end of every stage reload the weights with the lowest val loss",
+                                "optimisation")
+    gradient_clip_val: Union[float, None] = _field(None, "clip gradient norm to this value (null = off)",
+                                                   "optimisation", exclusive_minimum=0.0)
+    linear_eval_epochs: Union[int, None] = _field(None, "epoch limit of linear evaluation (mlcl setups; null "
+                                                  "= max_epochs)", "optimisation", minimum=1)
+    linear_eval_lr: Union[float, None] = _field(None, "learning rate of linear evaluation (null = lr)",
+                                                "optimisation", exclusive_minimum=0.0)
+    linear_eval_batch_size: Union[int, None] = _field(None, "batch size of linear evaluation (null = "
+                                                      "batch_size)", "optimisation", minimum=1)
+    finetune: bool = _field(False, "stage 3: after the last stage, fine-tune encoder + scoring head with the "
+                            "answer loss (as the official code does)", "optimisation")
+    finetune_epochs: Union[int, None] = _field(None, "epoch limit of fine-tuning (null = max_epochs)",
+                                               "optimisation", minimum=1)
+    finetune_lr: float = _field(3e-4, "learning rate of fine-tuning (the release's 3e-4)", "optimisation",
+                                exclusive_minimum=0.0)
+
+    # --- hardware --------------------------------------------------------------------------------
+    accelerator: str = _field("auto", "Lightning accelerator: auto, cpu, gpu, cuda, mps", "hardware",
+                              choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
+    devices: Union[int, str, list[int]] = _field("auto", "devices per node: auto, a count, or a list of ids",
+                                                  "hardware")
+    num_nodes: int = _field(1, "number of nodes (multi-node DDP)", "hardware", minimum=1)
+    strategy: str = _field("auto", "Lightning strategy: auto, ddp, ddp_spawn, ddp_notebook, ...", "hardware")
+    precision: str = _field("auto", "auto (bf16-mixed on GPUs that support it, else 16-mixed; 32-true on "
+                            "CPU) or a Lightning precision string", "hardware", choices=PRECISIONS)
+    sync_batchnorm: bool = _field(False, "synchronise BatchNorm statistics across DDP processes", "hardware")
+    deterministic: bool = _field(False, "torch deterministic algorithms (slower on GPU)", "hardware")
+
+    # --- limits ----------------------------------------------------------------------------------
+    limit_train_batches: Union[int, float] = _field(1.0, "batches per training epoch: fraction (float) or "
+                                                     "count (int)", "limits", minimum=0)
+    limit_val_batches: Union[int, float] = _field(1.0, "batches per validation: fraction or count (must be "
+                                                   "> 0: early stopping needs a val loss)", "limits",
+                                                   exclusive_minimum=0)
+    limit_test_batches: Union[int, float] = _field(1.0, "batches of the final test: fraction or count",
+                                                    "limits", exclusive_minimum=0)
+
+    def __post_init__(self) -> None:
+        self._coerce_and_check_types()
+        self._check_constraints()
+        self._normalise()
+        self._check_cross_field()
+
+    # ------------------------------------------------------------------------------------------
+    # construction helpers
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "config") -> "TrainConfig":
+        """Build from a mapping; unknown keys raise :class:`ConfigError` with a close-match suggestion."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: expected a mapping of field: value, got {type(values).__name__}")
+        names = cls.field_names()
+        for key in values:
+            if key not in names:
+                raise ConfigError(f"{source}: unknown config field {key!r}{_suggest(str(key), names)}")
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
+        """Read a YAML file (a mapping of fields), then apply ``key=value`` overrides."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"config file {path}: expected a mapping of field: value, got {type(values).__name__}")
+        values.update(parse_overrides(overrides or []))
+        return cls.from_dict(values, source=str(path))
+
+    def with_overrides(self, overrides: list[str] | dict[str, Any]) -> "TrainConfig":
+        """A copy with ``["key=value", ...]`` (values parsed as YAML) or a dict of values applied."""
+        values = self.to_dict()
+        values.update(parse_overrides(overrides) if isinstance(overrides, list) else dict(overrides))
+        return type(self).from_dict(values, source="overrides")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        """YAML text of all fields (in declaration order); also written to ``path`` when given."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None)
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+        return text
+
+    # ------------------------------------------------------------------------------------------
+    # derived values
+    # ------------------------------------------------------------------------------------------
+    @property
+    def resolved_rule_encoding(self) -> str:
+        """``rule_encoding`` with ``auto`` resolved: dense / sparse38 / sparse40 / sparse50."""
+        if self.rule_encoding != "auto":
+            return self.rule_encoding
+        if self.setup == "ce_aux_dense":
+            return "dense"
+        return "sparse50" if self.dataset == "pgm" else "sparse38"
+
+    @property
+    def resolved_augment(self) -> str:
+        """``augment`` with ``auto`` resolved: ``official`` for mlcl_aug, ``none`` otherwise."""
+        if self.augment != "auto":
+            return self.augment
+        return "official" if self.setup == "mlcl_aug" else "none"
+
+    # ------------------------------------------------------------------------------------------
+    # validation
+    # ------------------------------------------------------------------------------------------
+    def _coerce_and_check_types(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            setattr(self, f.name, _coerce(f.name, value, hints[f.name]))
+
+    def _check_constraints(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            meta = f.metadata
+            if "choices" in meta and value not in meta["choices"]:
+                raise ConfigError(
+                    f"config field {f.name!r}: {value!r} is not one of {', '.join(map(str, meta['choices']))}"
+                    f"{_suggest(str(value), [str(c) for c in meta['choices']])}"
+                )
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if "minimum" in meta and value < meta["minimum"]:
+                    raise ConfigError(f"config field {f.name!r}: must be >= {meta['minimum']}, got {value!r}")
+                if "exclusive_minimum" in meta and value <= meta["exclusive_minimum"]:
+                    raise ConfigError(
+                        f"config field {f.name!r}: must be > {meta['exclusive_minimum']}, got {value!r}"
+                    )
+
+    def _normalise(self) -> None:
+        if self.configurations is not None:
+            self.configurations = normalise_configurations(self.configurations)
+        if isinstance(self.devices, str) and self.devices != "auto":
+            raise ConfigError(f"config field 'devices': expected 'auto', a count or a list of ids, got {self.devices!r}")
+        if isinstance(self.devices, int) and self.devices < 1 and self.devices != -1:
+            raise ConfigError(f"config field 'devices': must be >= 1 (or -1 = all), got {self.devices}")
+        if self.precision == "32":
+            self.precision = "32-true"
+
+    def _check_cross_field(self) -> None:
+        from rpm_lib.training.setups import SETUPS
+
+        spec = SETUPS[self.setup]
+        encoding = self.resolved_rule_encoding
+        if self.dataset == "iraven" and encoding == "sparse50":
+            raise ConfigError("config field 'rule_encoding': sparse50 is the PGM code; use sparse38/sparse40/dense")
+        if self.dataset == "pgm" and encoding in ("sparse38", "sparse40"):
+            raise ConfigError(f"config field 'rule_encoding': {encoding} is a RAVEN code; PGM uses sparse50 or dense")
+        if spec.rule_kind == "dense" and encoding != "dense":
+            raise ConfigError(f"config field 'rule_encoding': setup {self.setup} needs dense rules, got {encoding}")
+        if spec.rule_kind == "sparse" and encoding == "dense":
+            raise ConfigError(f"config field 'rule_encoding': setup {self.setup} needs a sparse code, got dense")
+        if spec.contrastive and self.beta == 0 and self.gamma == 0:
+            raise ConfigError("config fields 'beta' and 'gamma': both are 0, so pre-training would have no loss")
+        if self.generate and self.dataset != "iraven":
+            raise ConfigError("config field 'generate': the built-in generator only makes I-RAVEN (dataset=iraven)")
+        if "image_size" in self.encoder_kwargs:
+            raise ConfigError("config field 'encoder_kwargs': do not set image_size here; use the image_size field")
+        if self.resume and self.overwrite:
+            raise ConfigError("config fields 'resume' and 'overwrite': choose one (both are true)")
+        _check_encoder_name(self.encoder)
+        if self.dataset == "pgm":
+            _check_pgm_regime(self.pgm_regime)
+        if self.resolved_augment != "none":
+            _check_augment_recipe(self.resolved_augment)
+
+
+# ----------------------------------------------------------------------------------------------
+# overrides and type coercion
+# ----------------------------------------------------------------------------------------------
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["lr=0.001", "configurations=[Center, L-R]"]`` -> ``{"lr": 0.001, ...}`` (values parsed as YAML).
+
+    Raises:
+        ConfigError: an item without ``=`` or with an empty key.
+    """
+    values: dict[str, Any] = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        # Keep the raw text when YAML turned it into something else; _coerce decides per field type.
+        values[key] = _RawValue(raw, value)
+    return values
+
+
+class _RawValue:
+    """An override value: the YAML-parsed value plus the raw text (for str fields like ``run_dir=007``)."""
+
+    __slots__ = ("raw", "parsed")
+
+    def __init__(self, raw: str, parsed: Any) -> None:
+        self.raw = raw
+        self.parsed = parsed
+
+    def __repr__(self) -> str:
+        return repr(self.raw)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against annotation ``tp``; convert int->float, numeric strings -> numbers.
+
+    Raises:
+        ConfigError: the value does not fit the type (the message names the field and the type).
+    """
+    raw: str | None = None
+    if isinstance(value, _RawValue):
+        raw, value = value.raw, value.parsed
+    result = _try_coerce(value, raw, tp)
+    if result is _FAIL:
+        shown = raw if raw is not None else repr(value)
+        raise ConfigError(f"config field {name!r}: expected {_type_name(tp)}, got {shown} ({type(value).__name__})")
+    return result
+
+
+_FAIL = object()
+
+
+def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        # Exact-type matches first, so "1" for Union[int, str] becomes 1 and 1.0 for Union[int, float] stays 1.0.
+        for option in options:
+            if _exact_match(value, option):
+                return _try_coerce(value, raw, option)
+        for option in options:
+            result = _try_coerce(value, raw, option)
+            if result is not _FAIL:
+                return result
+        return _FAIL
+    if tp is Any:
+        return value
+    if tp is type(None):
+        return None if value is None else _FAIL
+    if tp is bool:
+        return value if isinstance(value, bool) else _FAIL
+    if tp is int:
+        # Strict: 3.0 for an int field is more likely a mistake than an intent.
+        return value if isinstance(value, int) and not isinstance(value, bool) else _FAIL
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                return _FAIL
+        return _FAIL
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if raw is not None and value is not None and not isinstance(value, (list, dict)):
+            return raw.strip()
+        return _FAIL
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str) and raw is not None:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            return _FAIL
+        items = [_try_coerce(v, None, item_tp) for v in value]
+        return _FAIL if any(i is _FAIL for i in items) else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _FAIL
+        return dict(value)
+    raise TypeError(f"unsupported config annotation {tp!r}")
+
+
+def _exact_match(value: Any, tp: Any) -> bool:
+    if tp is type(None):
+        return value is None
+    if tp is bool or tp is int:
+        return type(value) is tp
+    if tp in (float, str):
+        return type(value) is tp
+    origin = typing.get_origin(tp)
+    return origin is not None and isinstance(value, origin)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ----------------------------------------------------------------------------------------------
+# checks that need other rpm_lib modules
+# ----------------------------------------------------------------------------------------------
+def normalise_configurations(names: list[str]) -> list[str]:
+    """Map short names (``Center``, ``2x2Grid``, ...) and folder names to folder names; keep order.
+
+    Raises:
+        ConfigError: an unknown name or a duplicate.
+    """
+    from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES
+
+    by_short = {short.lower(): folder for folder, short in SHORT_NAMES.items()}
+    out: list[str] = []
+    for name in names:
+        folder = name if name in CONFIGURATIONS else by_short.get(str(name).lower())
+        if folder is None:
+            options = list(CONFIGURATIONS) + list(SHORT_NAMES.values())
+            raise ConfigError(f"config field 'configurations': unknown configuration {name!r}{_suggest(name, options)}"
+                              f"; known: {', '.join(SHORT_NAMES.values())}")
+        if folder in out:
+            raise ConfigError(f"config field 'configurations': {name!r} is listed twice")
+        out.append(folder)
+    if not out:
+        raise ConfigError("config field 'configurations': empty list (use null for all 7)")
+    return out
+
+
+def _check_encoder_name(name: str) -> None:
+    try:
+        from rpm_lib.encoders import list_encoders
+    except ImportError:  # the encoders package is not importable yet; create_encoder will complain later
+        return
+    names = list_encoders()
+    if name not in names:
+        raise ConfigError(f"config field 'encoder': unknown encoder {name!r}{_suggest(name, names)}; "
+                          f"registered: {', '.join(names)}")
+
+
+def _check_pgm_regime(regime: str) -> None:
+    try:
+        from rpm_lib.rules import PGM_REGIMES
+    except ImportError:
+        return
+    if regime not in PGM_REGIMES:
+        raise ConfigError(f"config field 'pgm_regime': unknown regime {regime!r}{_suggest(regime, list(PGM_REGIMES))}; "
+                          f"known: {', '.join(PGM_REGIMES)}")
+
+
+def _check_augment_recipe(recipe: str) -> None:
+    try:
+        from rpm_lib import augment
+    except ImportError:
+        return
+    recipes = getattr(augment, "RECIPES", None)
+    if recipes is not None and recipe not in recipes:
+        raise ConfigError(f"config field 'augment': unknown recipe {recipe!r}{_suggest(recipe, list(recipes))}; "
+                          f"known: auto, none, {', '.join(recipes)}")
+
+
+def field_help() -> list[tuple[str, str, str, str, str]]:
+    """(group, name, type, default, help) for every field, in declaration order (used by ``--help``)."""
+    hints = typing.get_type_hints(TrainConfig)
+    rows = []
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        text = f.metadata["help"]
+        if "choices" in f.metadata:
+            text += f" [choices: {', '.join(map(str, f.metadata['choices']))}]"
+        rows.append((f.metadata["group"], f.name, _type_name(hints[f.name]), yaml.safe_dump(default,
+                     default_flow_style=True).strip().removesuffix("...").strip(), text))
+    return rows

@@ -1,0 +1,265 @@
+"""Data for training: dataset construction, deterministic sampling, and the LightningDataModule.
+
+Exact resume needs every random choice to be a pure function of ``(seed, epoch, index)``, whatever the
+number of DataLoader workers and whether the run was interrupted. So:
+
+* :class:`EpochSampler` yields ``(epoch, position)`` keys: the epoch's order is a seeded permutation of
+  ``(seed, epoch)``, sharded over DDP ranks (padded like ``DistributedSampler``);
+* :class:`SeededSamples` wraps a ``RavenDataset`` / ``PgmDataset`` built with ``answer_order="none"``
+  (training) and, for key ``(epoch, position)``, reseeds the augmenter from ``(seed, epoch, index)``
+  before reading and then shuffles the answers with a permutation drawn from ``(seed, epoch, index)``.
+  Shuffling after the augmentation is equivalent to before: the augmentation applies one geometric
+  transform to every panel, so it commutes with reordering panels.
+  Validation / test sets use the dataset's ``answer_order="fixed"`` (a function of ``(seed, source_id)``).
+
+Batches are dicts: ``panels`` uint8 (B, 16, S, S) or (B, V, 16, S, S), ``target`` int64 (B,), ``rules``
+float32 (B, R) in the configured encoding, ``configuration`` int64 (B,), ``index`` int64 (B,) (dataset
+index), ``source_id`` list[str].
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from rpm_lib import rules
+from rpm_lib.data.answer_order import apply_permutation
+from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.seeding import derive_seed
+from rpm_lib.training.setups import StagePlan
+
+_SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
+
+
+# ----------------------------------------------------------------------------------------------
+# datasets
+# ----------------------------------------------------------------------------------------------
+def rule_dim(config: TrainConfig) -> int:
+    """Length R of the rule vectors the config trains with (9 / 12 dense, 38 / 40 / 50 sparse)."""
+    encoding = config.resolved_rule_encoding
+    if encoding == "dense":
+        return len(rules.META_TARGET_FORMAT) if config.dataset == "iraven" else len(rules.PGM_META_TARGET_FORMAT)
+    if encoding == "sparse50":
+        return rules.PGM_SPARSE_DIM
+    return rules.RAVEN_SPARSE_DIMS[encoding]
+
+
+def group_names(config: TrainConfig) -> tuple[str, ...]:
+    """Names of the sample key ``configuration``: RAVEN configuration folders or PGM regimes."""
+    return rules.CONFIGURATIONS if config.dataset == "iraven" else rules.PGM_REGIMES
+
+
+def make_dataset(config: TrainConfig, split: str, *, num_views: int = 1, transform: Any = None,
+                 answer_order: str | None = None) -> Dataset:
+    """The ``rpm_lib.data`` dataset of ``split`` for ``config`` (raw folder or cache, detected by the reader)."""
+    from rpm_lib.data import PgmDataset, RavenDataset
+
+    root = Path(config.data_root)
+    if not root.exists():
+        raise ConfigError(f"config field 'data_root': {root} does not exist (set generate=true to create a small "
+                          "I-RAVEN there, or point it at a dataset / cache)")
+    encoding = config.resolved_rule_encoding
+    common = dict(image_size=config.image_size, answer_order=answer_order, seed=config.seed, transform=transform,
+                  num_views=num_views)
+    if config.dataset == "iraven":
+        layout = encoding if encoding in rules.RAVEN_SPARSE_DIMS else "sparse38"
+        return RavenDataset(root, split, configurations=config.configurations, rule_encoding=layout, **common)
+    return PgmDataset(root, config.pgm_regime, split, rule_encoding="sparse50", **common)
+
+
+class SeededSamples(Dataset):
+    """A dataset view whose randomness is a pure function of ``(seed, epoch, index)``.
+
+    Args:
+        base: ``RavenDataset`` / ``PgmDataset``; for training built with ``answer_order="none"``.
+        rule_key: ``"rules_sparse"`` or ``"rules_dense"``, copied to the batch key ``rules``.
+        seed: master seed.
+        positions: dataset indices this view exposes (``None`` = all), e.g. a ``max_train_samples`` subset.
+        shuffle_answers: draw the answer permutation from ``(seed, epoch, index)`` (training).
+        augmenter: the object passed to ``base`` as ``transform`` (it must have ``reseed(int)``), or None.
+
+    Item key: ``(epoch, position)`` from :class:`EpochSampler`, or a plain ``position`` (epoch 0).
+    """
+
+    def __init__(self, base: Dataset, rule_key: str, seed: int, positions: np.ndarray | None = None,
+                 shuffle_answers: bool = False, augmenter: Any = None) -> None:
+        self.base = base
+        self.rule_key = rule_key
+        self.seed = int(seed)
+        self.positions = None if positions is None else np.asarray(positions, dtype=np.int64)
+        self.shuffle_answers = shuffle_answers
+        self.augmenter = augmenter
+        if augmenter is not None and getattr(base, "transform", None) is not augmenter:
+            raise ValueError("SeededSamples: augmenter must be the base dataset's transform")
+
+    def __len__(self) -> int:
+        return len(self.base) if self.positions is None else len(self.positions)  # type: ignore[arg-type]
+
+    def dataset_index(self, position: int) -> int:
+        return int(position) if self.positions is None else int(self.positions[position])
+
+    def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
+        epoch, position = key if isinstance(key, tuple) else (0, key)
+        index = self.dataset_index(position)
+        if self.augmenter is not None:
+            self.augmenter.reseed(derive_seed(self.seed, "augment", epoch, index))
+        sample = self.base[index]
+        panels = sample["panels"]
+        target = int(sample["target"])
+        if self.shuffle_answers:
+            perm = np.random.default_rng(derive_seed(self.seed, "answers", epoch, index)).permutation(8)
+            shuffled, target = apply_permutation(panels.numpy(), target, perm)
+            panels = torch.from_numpy(np.ascontiguousarray(shuffled))
+        return {
+            "panels": panels,
+            "target": torch.tensor(target, dtype=torch.int64),
+            "rules": sample[self.rule_key],
+            "configuration": int(sample["configuration"]),
+            "index": int(sample["index"]),
+            "source_id": sample["source_id"],
+        }
+
+
+def subset_positions(length: int, limit: int | None, seed: int, split: str) -> np.ndarray | None:
+    """Sorted seeded random subset of ``limit`` positions out of ``length`` (``None``: keep all)."""
+    if limit is None or limit >= length:
+        return None
+    rng = np.random.default_rng(derive_seed(seed, "subset", _SPLIT_CODES[split]))
+    return np.sort(rng.choice(length, size=limit, replace=False))
+
+
+# ----------------------------------------------------------------------------------------------
+# sampling
+# ----------------------------------------------------------------------------------------------
+class EpochSampler(Sampler):
+    """Yields ``(epoch, position)`` keys; the order is a function of ``(seed, epoch)`` only.
+
+    Args:
+        num_samples: dataset length.
+        seed: master seed.
+        shuffle: permute every epoch (training); otherwise the natural order and epoch key 0.
+        rank, world_size: DDP shard: rank r takes every ``world_size``-th key of the (padded) order.
+        pad: repeat the first keys so every rank gets the same count (needed by DDP collectives).
+
+    Lightning calls :meth:`set_epoch` at the start of every epoch (also after a resume).
+    """
+
+    def __init__(self, num_samples: int, seed: int, shuffle: bool, rank: int = 0, world_size: int = 1,
+                 pad: bool = True) -> None:
+        if num_samples < 1:
+            raise ValueError("EpochSampler: the dataset is empty")
+        self.num_samples = num_samples
+        self.seed = seed
+        self.shuffle = shuffle
+        self.rank = rank
+        self.world_size = world_size
+        self.pad = pad
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def _local_count(self) -> int:
+        if self.pad:
+            return math.ceil(self.num_samples / self.world_size)
+        return len(range(self.rank, self.num_samples, self.world_size))
+
+    def __len__(self) -> int:
+        return self._local_count()
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch = self.epoch if self.shuffle else 0
+        if self.shuffle:
+            order = np.random.default_rng(derive_seed(self.seed, "sampler", epoch)).permutation(self.num_samples)
+        else:
+            order = np.arange(self.num_samples)
+        if self.pad and self.world_size > 1:
+            total = self._local_count() * self.world_size
+            order = np.resize(order, total)  # np.resize repeats from the start
+        for position in order[self.rank::self.world_size]:
+            yield epoch, int(position)
+
+
+# ----------------------------------------------------------------------------------------------
+# the DataModule
+# ----------------------------------------------------------------------------------------------
+class RpmDataModule(L.LightningDataModule):
+    """Train / val / test data of one stage.
+
+    Args:
+        config: the run configuration.
+        plan: the stage (batch size, number of views, augmentation recipe).
+    """
+
+    def __init__(self, config: TrainConfig, plan: StagePlan) -> None:
+        super().__init__()
+        self.config = config
+        self.plan = plan
+        self.rule_key = "rules_dense" if config.resolved_rule_encoding == "dense" else "rules_sparse"
+        self.train_set: SeededSamples | None = None
+        self.val_set: SeededSamples | None = None
+
+    def prepare_data(self) -> None:
+        # Lightning calls this on one process per node before the others read the folder.
+        from rpm_lib.training.generation import ensure_generated
+
+        ensure_generated(self.config)
+
+    def make_split(self, split: str, *, training: bool = False) -> SeededSamples:
+        """The view of ``split``: training = this stage's views + augmentation and seeded answer shuffling."""
+        cfg = self.config
+        limit = {"train": cfg.max_train_samples, "val": cfg.max_val_samples, "test": cfg.max_test_samples}[split]
+        augmenter = None
+        if training and self.plan.augment != "none":
+            from rpm_lib.augment import RpmAugment
+
+            augmenter = RpmAugment(self.plan.augment, seed=cfg.seed, save_applied_params=False)
+        base = make_dataset(cfg, split, num_views=self.plan.num_views if training else 1, transform=augmenter,
+                            answer_order="none" if training else "fixed")
+        if len(base) == 0:
+            raise ConfigError(f"config field 'data_root': no {split} problems found in {cfg.data_root}")
+        positions = subset_positions(len(base), limit, cfg.seed, split)
+        return SeededSamples(base, self.rule_key, cfg.seed, positions, shuffle_answers=training, augmenter=augmenter)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None:
+            self.train_set = self.make_split("train", training=True)
+            self.val_set = self.make_split("val")
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is None:
+            return 0, 1
+        return trainer.global_rank, trainer.world_size
+
+    def _loader(self, dataset: SeededSamples, batch_size: int, shuffle: bool, rank: int, world: int) -> DataLoader:
+        sampler = EpochSampler(len(dataset), self.config.seed, shuffle=shuffle, rank=rank, world_size=world)
+        # A size-1 last batch breaks BatchNorm1d in train mode; drop the ragged end when there is more than one batch.
+        drop_last = shuffle and len(sampler) > batch_size
+        workers = self.config.num_workers
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=workers,
+                          persistent_workers=workers > 0, pin_memory=_pin_memory(self.config))
+
+    def train_dataloader(self) -> DataLoader:
+        assert self.train_set is not None
+        rank, world = self._world()
+        return self._loader(self.train_set, self.plan.batch_size, True, rank, world)
+
+    def val_dataloader(self) -> DataLoader:
+        assert self.val_set is not None
+        rank, world = self._world()
+        return self._loader(self.val_set, self.plan.batch_size, False, rank, world)
+
+    def eval_dataloader(self, split: str) -> DataLoader:
+        """Unsharded loader over a whole val / test split (final evaluation runs on one process)."""
+        return self._loader(self.make_split(split), self.plan.batch_size, False, 0, 1)
+
+
+def _pin_memory(config: TrainConfig) -> bool:
+    return torch.cuda.is_available() and config.accelerator in ("auto", "gpu", "cuda")

@@ -1,0 +1,240 @@
+"""The LightningModule: one encoder, its heads, and the losses of the current stage.
+
+One :class:`RpmModule` lives through all stages of a run (see :mod:`rpm_lib.training.setups`);
+:meth:`RpmModule.set_stage` switches what is trained:
+
+* parts a stage does not train are frozen (``requires_grad=False``) **and kept in eval mode**, so
+  BatchNorm running statistics and dropout of a frozen encoder do not move during linear evaluation
+  (the MLCL release only set ``requires_grad``; its BN statistics kept changing);
+* the optimiser (Adam, betas / eps from the config) is rebuilt for every stage over the trainable
+  parameters only.
+
+Batch layout (from :class:`rpm_lib.training.datamodule.RpmDataModule`):
+``panels`` uint8 (B, 16, S, S) or (B, V, 16, S, S) for V views, ``target`` int64 (B,), ``rules`` float32
+(B, R) in the configured encoding, ``configuration`` int64 (B,), ``index`` int64 (B,).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+
+from rpm_lib.encoders import create_encoder
+from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
+from rpm_lib.losses import answer_cross_entropy, copinet_contrast_loss, rule_loss, split_completions
+from rpm_lib.training.config import TrainConfig
+from rpm_lib.training.distributed import gathered_mlcl_loss
+from rpm_lib.training.seeding import derive_seed
+from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
+
+
+class RpmModule(L.LightningModule):
+    """Encoder + scoring head (+ rule head, + projection head), trained stage by stage.
+
+    Args:
+        config: the run configuration.
+        num_rules: R, length of the rule vectors (for the rule head).
+
+    Attributes:
+        encoder: ``rpm_lib.encoders`` encoder, (B, 16, S, S) float -> (B, 8, D).
+        scoring_head: (B, 8, D) -> (B, 8) answer logits.
+        rule_head: (B, 8, D) -> (B, R) rule logits, or ``None`` when the setup has no auxiliary loss.
+        projection_head: (..., D) -> (..., P) MLCL projections, or ``None`` outside MLCL.
+        plan: the current :class:`StagePlan` (``None`` before :meth:`set_stage`).
+    """
+
+    def __init__(self, config: TrainConfig, num_rules: int) -> None:
+        super().__init__()
+        self.config = config
+        self.num_rules = num_rules
+        self.encoder = create_encoder(config.encoder, image_size=config.image_size, **config.encoder_kwargs)
+        dim = self.encoder.embedding_dim
+        self.scoring_head = ScoringHead(dim)
+        self.rule_head = RuleHead(dim, num_rules, pooling=config.rule_pooling) if uses_rule_head(config) else None
+        self.projection_head = (ProjectionHead(dim, config.projection_dim) if uses_projection_head(config)
+                                else None)
+        self.plan: StagePlan | None = None
+        self._frozen: list[nn.Module] = []
+        self._epoch_loss_sum: torch.Tensor | float = 0.0
+        self._epoch_loss_count = 0
+
+    # ------------------------------------------------------------------------------------------
+    # stages
+    # ------------------------------------------------------------------------------------------
+    def set_stage(self, plan: StagePlan) -> None:
+        """Freeze / unfreeze the parts for ``plan`` (and re-initialise the scoring head if it asks to)."""
+        if plan.trains_rule_head and self.rule_head is None:
+            raise ValueError(f"stage {plan.name}: needs a rule head, but the model has none (beta=0?)")
+        if plan.trains_projection_head and self.projection_head is None:
+            raise ValueError(f"stage {plan.name}: needs a projection head, but the model has none (gamma=0?)")
+        self.plan = plan
+        if plan.reset_scoring_head:
+            # A fresh linear head from a seed of its own, so it is the same whether or not earlier stages ran here.
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed(self.config.seed, "scoring_head", STAGES.index(plan.name)))
+                self.scoring_head = ScoringHead(self.encoder.embedding_dim).to(self.device)
+        trained = {
+            "encoder": plan.train_encoder,
+            "scoring_head": plan.trains_scoring_head,
+            "rule_head": plan.trains_rule_head,
+            "projection_head": plan.trains_projection_head,
+        }
+        self._frozen = []
+        for name, is_trained in trained.items():
+            part = getattr(self, name)
+            if part is None:
+                continue
+            part.requires_grad_(is_trained)
+            if not is_trained:
+                self._frozen.append(part)
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> "RpmModule":
+        """As ``nn.Module.train``, but parts frozen in this stage always stay in eval mode."""
+        super().train(mode)
+        for part in getattr(self, "_frozen", []):
+            part.eval()
+        return self
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    # ------------------------------------------------------------------------------------------
+    # forward
+    # ------------------------------------------------------------------------------------------
+    @staticmethod
+    def to_float(panels: torch.Tensor) -> torch.Tensor:
+        """uint8 [0, 255] -> float32 [0, 1] (float input is passed through)."""
+        return panels.float().div_(255.0) if panels.dtype == torch.uint8 else panels
+
+    def embed(self, panels: torch.Tensor) -> torch.Tensor:
+        """panels uint8/float (N, 16, S, S) -> embeddings (N, 8, D); no graph through a frozen encoder."""
+        x = self.to_float(panels)
+        weight = next(self.encoder.parameters(), None)
+        if weight is not None and weight.dtype != x.dtype:  # "16-true" / "bf16-true" / "64-true" precision
+            x = x.to(weight.dtype)
+        if self.encoder in self._frozen:
+            with torch.no_grad():
+                return self.encoder(x)
+        return self.encoder(x)
+
+    def forward(self, panels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every head's output for panels (N, 16, S, S): ``scores`` (N, 8), ``rule_logits`` (N, R) if any,
+        ``embeddings`` (N, 8, D)."""
+        embeddings = self.embed(panels)
+        out = {"embeddings": embeddings, "scores": self.scoring_head(embeddings)}
+        if self.rule_head is not None:
+            out["rule_logits"] = self.rule_head(embeddings)
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    # losses
+    # ------------------------------------------------------------------------------------------
+    def stage_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The current stage's weighted loss on one batch.
+
+        Returns:
+            ``(to_backward, value, parts)``: the loss to back-propagate (the MLCL term is scaled by the
+            world size under DDP, see :mod:`rpm_lib.training.distributed`), its value for logging, and the
+            unweighted terms (``answer``, ``aux``, ``mlcl``) plus ``accuracy`` when the scoring head is used.
+        """
+        plan = self._require_plan()
+        panels = batch["panels"]
+        target = batch["target"]
+        if panels.ndim == 5:  # (B, V, 16, S, S): views of one RPM are adjacent after flattening
+            views = panels.shape[1]
+            panels = panels.flatten(0, 1)
+            target = target.repeat_interleave(views)
+            rules = batch["rules"].repeat_interleave(views, dim=0) if "rules" in batch else None
+        else:
+            rules = batch.get("rules")
+        embeddings = self.embed(panels)
+        parts: dict[str, torch.Tensor] = {}
+        to_backward = embeddings.new_zeros((), dtype=torch.float32)
+        value = embeddings.new_zeros((), dtype=torch.float32)
+        if plan.answer_weight > 0:
+            scores = self.scoring_head(embeddings).float()
+            if self.config.answer_loss == "copinet_contrast":
+                answer = copinet_contrast_loss(scores, target)
+            else:
+                answer = answer_cross_entropy(scores, target)
+            parts["answer"] = answer.detach()
+            parts["accuracy"] = (scores.argmax(dim=1) == target).float().mean()
+            to_backward = to_backward + plan.answer_weight * answer
+            value = value + plan.answer_weight * answer.detach()
+        if plan.aux_weight > 0:
+            assert self.rule_head is not None and rules is not None
+            aux = rule_loss(self.rule_head(embeddings).float(), rules)
+            parts["aux"] = aux.detach()
+            to_backward = to_backward + plan.aux_weight * aux
+            value = value + plan.aux_weight * aux.detach()
+        if plan.contrastive_weight > 0:
+            assert self.projection_head is not None and rules is not None
+            projections = self.projection_head(embeddings).float()  # (N, 8, P)
+            z, z_neg = split_completions(projections, target)
+            contrastive, contrastive_backward = gathered_mlcl_loss(
+                z, z_neg, rules, temperature=self.config.temperature, negatives=self.config.negatives,
+                numerics=self.config.mlcl_numerics,
+            )
+            parts["mlcl"] = contrastive.detach()
+            to_backward = to_backward + plan.contrastive_weight * contrastive_backward
+            value = value + plan.contrastive_weight * contrastive.detach()
+        return to_backward, value, parts
+
+    def _require_plan(self) -> StagePlan:
+        if self.plan is None:
+            raise RuntimeError("RpmModule: call set_stage(plan) before training")
+        return self.plan
+
+    # ------------------------------------------------------------------------------------------
+    # Lightning hooks
+    # ------------------------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        self._epoch_loss_sum, self._epoch_loss_count = 0.0, 0
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Dropout etc. draw from the global RNG, which Lightning and DataLoaders also consume at moments that
+        # differ between a fresh and a resumed run. Reseeding from (seed, stage, step, rank) before every step
+        # makes the draws identical either way.
+        plan = self._require_plan()
+        torch.manual_seed(derive_seed(self.config.seed, "global_rng", STAGES.index(plan.name), self.global_step,
+                                      self.global_rank))
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        to_backward, value, parts = self.stage_losses(batch)
+        size = int(batch["target"].shape[0])
+        self._epoch_loss_sum = self._epoch_loss_sum + value.detach() * size  # a tensor: no device sync per step
+        self._epoch_loss_count += size
+        # Training logs are this process's view (no per-step all-reduce under DDP); validation logs are synced.
+        self.log("train/loss", value, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        for name, term in parts.items():
+            self.log(f"train/{name}", term, on_step=False, on_epoch=True, batch_size=size)
+        return to_backward
+
+    def epoch_train_loss(self) -> float:
+        """Mean training loss of the current epoch so far on this process (NaN before the first step)."""
+        return float(self._epoch_loss_sum) / self._epoch_loss_count if self._epoch_loss_count else float("nan")
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        _to_backward, value, parts = self.stage_losses(batch)
+        size = int(batch["target"].shape[0])
+        self.log("val/loss", value, on_step=False, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
+        for name, term in parts.items():
+            self.log(f"val/{name}", term, on_step=False, on_epoch=True, batch_size=size, sync_dist=True,
+                     prog_bar=name == "accuracy")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        plan = self._require_plan()
+        params = self.trainable_parameters()
+        if not params:
+            raise RuntimeError(f"stage {plan.name}: nothing to train")
+        cfg = self.config
+        return torch.optim.Adam(params, lr=plan.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                                weight_decay=cfg.weight_decay)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rpm_config"] = self.config.to_dict()
+        checkpoint["rpm_stage"] = self.plan.name if self.plan is not None else None
+        checkpoint["rpm_num_rules"] = self.num_rules

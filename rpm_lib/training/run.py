@@ -1,0 +1,363 @@
+"""``train(config) -> metrics``: run every stage of a setup, evaluate, and write the run folder.
+
+Run folder (``config.run_dir``)::
+
+    config.yaml          the resolved TrainConfig (re-run it with `rpm-train --config config.yaml`)
+    checkpoints/<stage>/ last.ckpt (every epoch) and best.ckpt (lowest val loss) of each stage
+    progress.json        finished stages and their summaries (what `resume` skips)
+    history.csv          stage, epoch, step, train_loss, val_loss, val_accuracy, lr
+    metrics.json         final val / test metrics, per configuration, rule metrics, config, seed, versions
+    predictions.npz      per-sample test predictions (see rpm_lib.training.evaluation.Predictions)
+
+Resume: with ``resume=true`` finished stages are skipped (their weights reloaded) and the interrupted
+stage continues from its ``last.ckpt`` (weights, optimiser, early stopping, epoch counter). Because all
+randomness is a function of (seed, stage, epoch, index), the final metrics on CPU equal those of an
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.datamodule import RpmDataModule, rule_dim
+from rpm_lib.training.evaluation import predict, summarize
+from rpm_lib.training.module import RpmModule
+from rpm_lib.training.seeding import derive_seed
+from rpm_lib.training.setups import SETUPS, StagePlan, stage_plan
+
+#: Files and folders of a run that ``overwrite`` deletes and ``resume`` continues.
+RUN_ARTIFACTS: tuple[str, ...] = ("checkpoints", "progress.json", "history.csv", "metrics.json", "predictions.npz")
+
+#: Fields that may change between an interrupted run and its resumption (everything else must match).
+RESUMABLE_CHANGES: frozenset[str] = frozenset({
+    "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
+    "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
+    "patience", "min_delta", "limit_test_batches", "generate_workers",
+})
+
+
+def as_config(config: TrainConfig | Mapping[str, Any] | str | Path) -> TrainConfig:
+    """A TrainConfig from itself, a dict of fields, or a YAML path."""
+    if isinstance(config, TrainConfig):
+        return config
+    if isinstance(config, Mapping):
+        return TrainConfig.from_dict(dict(config))
+    if isinstance(config, (str, Path)):
+        return TrainConfig.from_yaml(config)
+    raise TypeError(f"train: expected a TrainConfig, a dict or a YAML path, got {type(config).__name__}")
+
+
+def train(config: TrainConfig | Mapping[str, Any] | str | Path,
+          callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
+    """Train and evaluate one run; returns the metrics written to ``<run_dir>/metrics.json``.
+
+    Args:
+        config: a :class:`TrainConfig`, a dict of its fields, or a YAML file.
+        callbacks: extra Lightning callbacks added to every stage's Trainer.
+
+    Returns:
+        The metrics dict (on DDP ranks other than 0: ``{"rank": r}``; rank 0 writes the files).
+
+    Raises:
+        ConfigError: invalid config, missing data, or a run folder that holds another run
+            (use ``resume=true`` or ``overwrite=true``).
+    """
+    config = as_config(config)
+    # Fail before touching the run folder.
+    resolve_precision(config)
+    if not config.generate and not Path(config.data_root).exists():
+        raise ConfigError(f"config field 'data_root': {config.data_root} does not exist (set generate=true to create "
+                          "a small I-RAVEN there, or point it at a dataset / cache)")
+    began = time.perf_counter()
+    run_dir = Path(config.run_dir)
+    rank = _launch_rank()
+    with quiet_lightning():
+        if rank == 0:
+            _prepare_run_dir(config, run_dir)
+            # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
+            dataclasses.replace(config, resume=False, overwrite=False).to_yaml(run_dir / "config.yaml")
+        plans = stage_plan(config)
+        torch.manual_seed(derive_seed(config.seed, "init"))
+        module = RpmModule(config, rule_dim(config))
+        progress = _read_json(run_dir / "progress.json") if config.resume else {}
+        stages: dict[str, Any] = dict(progress.get("stages", {}))
+        trainer: L.Trainer | None = None
+        datamodule: RpmDataModule | None = None
+        for plan in plans:
+            module.set_stage(plan)
+            datamodule = RpmDataModule(config, plan)
+            done = stages.get(plan.name)
+            if done and done.get("completed"):
+                _load_weights(module, run_dir / done["weights"])
+                continue
+            trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks)
+            if trainer.is_global_zero:
+                _write_json(run_dir / "progress.json", {"stages": stages})
+        if trainer is not None:
+            rank = trainer.global_rank
+        if rank != 0:
+            return {"rank": rank}
+        assert datamodule is not None
+        metrics = _evaluate(config, module, datamodule, trainer, run_dir)
+        metrics["stages"] = [stages[p.name] for p in plans]
+        metrics.update(_provenance(config, time.perf_counter() - began))
+        _write_json(run_dir / "metrics.json", metrics)
+        return metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# stages
+# ----------------------------------------------------------------------------------------------
+def resolve_precision(config: TrainConfig) -> str:
+    """``precision`` with ``auto`` resolved: bf16-mixed (or 16-mixed) on CUDA, 32-true elsewhere."""
+    on_cuda = config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    if config.precision != "auto":
+        if not on_cuda and config.precision in ("16-mixed", "16-true") and config.accelerator != "mps":
+            raise ConfigError(f"config field 'precision': {config.precision} needs a CUDA GPU; use bf16-mixed or "
+                              "32-true on CPU (or precision=auto)")
+        return config.precision
+    if on_cuda:
+        return "bf16-mixed" if torch.cuda.is_bf16_supported() else "16-mixed"
+    return "32-true"
+
+
+def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path,
+                 callbacks: Sequence[L.Callback] = ()) -> tuple[L.Trainer, ModelCheckpoint, EarlyStopping]:
+    """The Trainer of one stage, with checkpointing (last + best), early stopping and history."""
+    checkpoint = ModelCheckpoint(
+        dirpath=stage_dir, filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True,
+        auto_insert_metric_name=False, enable_version_counter=False,
+    )
+    early_stopping = EarlyStopping(monitor="val/loss", mode="min", patience=config.patience,
+                                   min_delta=config.min_delta, check_finite=True)
+    history = HistoryCallback(Path(config.run_dir) / "history.csv", plan.name)
+    trainer = L.Trainer(
+        accelerator=config.accelerator,
+        devices=config.devices,
+        num_nodes=config.num_nodes,
+        strategy=config.strategy,
+        precision=resolve_precision(config),  # type: ignore[arg-type]
+        max_epochs=plan.max_epochs,
+        limit_train_batches=config.limit_train_batches,
+        limit_val_batches=config.limit_val_batches,
+        num_sanity_val_steps=0,
+        callbacks=[history, StepLimit(config.max_steps), early_stopping, checkpoint, *callbacks],
+        logger=False,
+        enable_progress_bar=config.progress_bar,
+        enable_model_summary=False,
+        log_every_n_steps=config.log_every_n_steps,
+        gradient_clip_val=config.gradient_clip_val,
+        sync_batchnorm=config.sync_batchnorm,
+        deterministic=config.deterministic,
+        use_distributed_sampler=False,  # EpochSampler shards itself and keeps (seed, epoch) ordering
+        default_root_dir=config.run_dir,
+    )
+    return trainer, checkpoint, early_stopping
+
+
+def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodule: RpmDataModule, run_dir: Path,
+               callbacks: Sequence[L.Callback]) -> tuple[L.Trainer, dict[str, Any]]:
+    stage_dir = run_dir / "checkpoints" / plan.name
+    last = stage_dir / "last.ckpt"
+    trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks)
+    began = time.perf_counter()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None)
+    if trainer.interrupted:
+        raise RuntimeError(f"stage {plan.name} was interrupted; rerun with resume=true to continue")
+    trainer.strategy.barrier("rpm_stage_end")
+    best = Path(checkpoint.best_model_path) if checkpoint.best_model_path else None
+    weights = best if (config.restore_best and best is not None and best.is_file()) else last
+    if config.restore_best and weights.is_file():
+        _load_weights(module, weights)
+    score = checkpoint.best_model_score
+    epochs, steps, stopped_epoch = int(trainer.current_epoch), int(trainer.global_step), early_stopping.stopped_epoch
+    if steps == 0 and last.is_file():
+        # ddp_spawn / ddp_notebook train in child processes; the state of this process's Trainer stays at zero.
+        epochs, steps, score, stopped_epoch = _progress_from_checkpoint(last)
+    summary = {
+        "name": plan.name,
+        "completed": True,
+        "epochs": epochs,
+        "global_step": steps,
+        "best_val_loss": None if score is None else float(score),
+        "stopped_early": bool(stopped_epoch > 0),
+        "weights": str(weights.relative_to(run_dir)) if weights.is_relative_to(run_dir) else str(weights),
+        "lr": plan.lr,
+        "batch_size": plan.batch_size,
+        "wall_time_s": round(time.perf_counter() - began, 3),
+    }
+    return trainer, summary
+
+
+def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
+    """(epochs run, global step, best val loss, early-stopping stopped_epoch) recorded in a Lightning checkpoint."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    score, stopped_epoch = None, 0
+    for key, state in checkpoint.get("callbacks", {}).items():
+        if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
+            score = float(state["best_model_score"])
+        if key.startswith("EarlyStopping"):
+            stopped_epoch = int(state.get("stopped_epoch", 0))
+    return int(checkpoint["epoch"]) + 1, int(checkpoint["global_step"]), score, stopped_epoch
+
+
+def _load_weights(module: RpmModule, path: Path) -> None:
+    if not path.is_file():
+        raise ConfigError(f"resume: checkpoint {path} is missing; delete progress.json or use overwrite=true")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    module.load_state_dict(checkpoint["state_dict"])
+
+
+# ----------------------------------------------------------------------------------------------
+# evaluation and provenance
+# ----------------------------------------------------------------------------------------------
+def _eval_device(config: TrainConfig, trainer: L.Trainer | None) -> torch.device:
+    if config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        if trainer is not None and trainer.strategy.root_device.type == "cuda":
+            return trainer.strategy.root_device
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def _evaluate(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule, trainer: L.Trainer | None,
+              run_dir: Path) -> dict[str, Any]:
+    device = _eval_device(config, trainer)
+    precision = resolve_precision(config)
+    metrics: dict[str, Any] = {"setup": config.setup, "setup_label": SETUPS[config.setup].label,
+                               "encoder": config.encoder, "dataset": config.dataset}
+    for split in ("val", "test"):
+        limit = config.limit_test_batches if split == "test" else config.limit_val_batches
+        predictions = predict(module, datamodule.eval_dataloader(split), device, precision, limit,
+                              progress=config.progress_bar, desc=f"evaluate {split}")
+        metrics.update(summarize(predictions, config, split))
+        if split == "test" and config.save_predictions:
+            predictions.save(run_dir / "predictions.npz")
+    return metrics
+
+
+def _provenance(config: TrainConfig, seconds: float) -> dict[str, Any]:
+    import lightning
+
+    import rpm_lib
+
+    versions = {"rpm_lib": rpm_lib.__version__, "python": platform.python_version(), "torch": torch.__version__,
+                "lightning": lightning.__version__, "numpy": np.__version__}
+    for name in ("albumentations", "cv2", "scipy"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return {
+        "config": config.to_dict(),
+        "seed": config.seed,
+        "git_commit": _git_commit(),
+        "versions": versions,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
+        "runtime_s": round(seconds, 3),
+    }
+
+
+def _git_commit() -> str | None:
+    """HEAD of the repository holding rpm_lib (with ``-dirty`` when there are local changes), or None."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10)
+        return commit.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# run folder
+# ----------------------------------------------------------------------------------------------
+def _launch_rank() -> int:
+    """Global rank known from the launcher's environment before any Trainer exists (0 when not launched)."""
+    for name in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if os.environ.get(name, "").isdigit():
+            if name == "SLURM_PROCID" and int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
+                continue
+            return int(os.environ[name])
+    # Lightning's own subprocess launcher marks its children with LOCAL_RANK / NODE_RANK.
+    local = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    node = int(os.environ.get("NODE_RANK", "0") or 0)
+    return 0 if local == 0 and node == 0 else max(1, local)
+
+
+def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
+    present = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
+    if present and not config.resume:
+        if not config.overwrite:
+            raise ConfigError(
+                f"config field 'run_dir': {run_dir} already holds a run ({', '.join(present)}); set resume=true "
+                "to continue it or overwrite=true to replace it"
+            )
+        for name in present:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if config.resume and (run_dir / "config.yaml").is_file():
+        previous = TrainConfig.from_yaml(run_dir / "config.yaml").to_dict()
+        current = config.to_dict()
+        changed = sorted(k for k in current if k not in RESUMABLE_CHANGES and previous.get(k) != current[k])
+        if changed:
+            raise ConfigError(
+                f"resume: {run_dir}/config.yaml differs in {', '.join(changed)}; resuming would mix two runs "
+                "(use another run_dir or overwrite=true)"
+            )
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not valid JSON ({error}); delete it or use overwrite=true") from None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    # Strict JSON: NaN (e.g. the AP of a rule with no positives) becomes null.
+    tmp.write_text(json.dumps(_finite(data), indent=2, sort_keys=False, default=_json_default, allow_nan=False))
+    tmp.replace(path)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,151 @@
+"""The paper's five training setups and the stages each one runs.
+
+======================  =====================================================================
+setup                   stages
+======================  =====================================================================
+``ce``                  supervised: encoder + scoring head, cross-entropy
+``ce_aux_dense``        supervised: CE + beta * BCE(rule head, dense meta-target)
+``ce_aux_sparse``       supervised: CE + beta * BCE(rule head, sparse-38 / sparse-50 code)
+``mlcl``                pretrain: gamma * MLCL + beta * aux (encoder, projection, rule head);
+                        linear: frozen encoder (eval mode), fresh linear scoring head, CE
+``mlcl_aug``            as ``mlcl`` with two augmented views per RPM in pre-training
+======================  =====================================================================
+
+Any setup can append ``finetune`` (``config.finetune``): encoder + scoring head, answer loss only.
+Ablations are config values: ``beta=0`` (contrastive only), ``gamma=0`` (auxiliary only),
+``negatives=none`` (no wrong completions in the MLCL denominator), sweeps over ``beta`` / ``batch_size``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rpm_lib.training.config import TrainConfig
+
+#: Stage names, in the order they run.
+STAGES: tuple[str, ...] = ("supervised", "pretrain", "linear", "finetune")
+
+
+@dataclasses.dataclass(frozen=True)
+class SetupSpec:
+    """What a setup trains.
+
+    Attributes:
+        name: config value of ``setup``.
+        label: the paper's name (Table 1 rows).
+        auxiliary: uses the rule head and the auxiliary BCE loss (weight ``beta``).
+        contrastive: MLCL pre-training followed by linear evaluation.
+        rule_kind: ``"dense"``, ``"sparse"`` or ``None`` (no rules needed).
+        num_views: views per RPM in the first stage (2 only for ``mlcl_aug``).
+    """
+
+    name: str
+    label: str
+    auxiliary: bool
+    contrastive: bool
+    rule_kind: str | None
+    num_views: int
+
+
+SETUPS: dict[str, SetupSpec] = {
+    "ce": SetupSpec("ce", "CE", auxiliary=False, contrastive=False, rule_kind=None, num_views=1),
+    "ce_aux_dense": SetupSpec("ce_aux_dense", "CE+AUX-dense", auxiliary=True, contrastive=False, rule_kind="dense",
+                              num_views=1),
+    "ce_aux_sparse": SetupSpec("ce_aux_sparse", "CE+AUX-sparse", auxiliary=True, contrastive=False,
+                               rule_kind="sparse", num_views=1),
+    "mlcl": SetupSpec("mlcl", "MLCL", auxiliary=True, contrastive=True, rule_kind="sparse", num_views=1),
+    "mlcl_aug": SetupSpec("mlcl_aug", "MLCL+AUG", auxiliary=True, contrastive=True, rule_kind="sparse",
+                          num_views=2),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class StagePlan:
+    """One ``Trainer.fit`` call.
+
+    Attributes:
+        name: one of :data:`STAGES`.
+        max_epochs: epoch limit (early stopping may end it sooner).
+        lr: Adam learning rate (the optimiser is rebuilt at every stage).
+        batch_size: RPMs per step per device.
+        train_encoder: encoder parameters are optimised; otherwise frozen *and* in eval mode.
+        answer_weight: weight of the answer loss (CE) on the scoring head; 0 = scoring head frozen.
+        aux_weight: weight of the rule BCE loss (0 = rule head unused).
+        contrastive_weight: weight of the MLCL loss (0 = projection head unused).
+        num_views: views per RPM (2 = two augmented views).
+        augment: augmentation recipe for training batches (``"none"`` = identity).
+        reset_scoring_head: re-initialise the scoring head before the stage (linear evaluation).
+    """
+
+    name: str
+    max_epochs: int
+    lr: float
+    batch_size: int
+    train_encoder: bool
+    answer_weight: float
+    aux_weight: float
+    contrastive_weight: float
+    num_views: int
+    augment: str
+    reset_scoring_head: bool = False
+
+    @property
+    def trains_scoring_head(self) -> bool:
+        return self.answer_weight > 0
+
+    @property
+    def trains_rule_head(self) -> bool:
+        return self.aux_weight > 0
+
+    @property
+    def trains_projection_head(self) -> bool:
+        return self.contrastive_weight > 0
+
+
+def uses_rule_head(config: "TrainConfig") -> bool:
+    """Whether the model has a (trained) rule head: auxiliary setups with ``beta > 0``."""
+    return SETUPS[config.setup].auxiliary and config.beta > 0
+
+
+def uses_projection_head(config: "TrainConfig") -> bool:
+    """Whether the model has an MLCL projection head: contrastive setups with ``gamma > 0``."""
+    return SETUPS[config.setup].contrastive and config.gamma > 0
+
+
+def needs_rules(config: "TrainConfig") -> bool:
+    """Whether batches must carry rule vectors (aux loss or MLCL positives)."""
+    return uses_rule_head(config) or uses_projection_head(config)
+
+
+def stage_plan(config: "TrainConfig") -> list[StagePlan]:
+    """The stages ``config`` runs, in order."""
+    spec = SETUPS[config.setup]
+    augment = config.resolved_augment
+    stages: list[StagePlan] = []
+    if spec.contrastive:
+        stages.append(StagePlan(
+            name="pretrain", max_epochs=config.max_epochs, lr=config.lr, batch_size=config.batch_size,
+            train_encoder=True, answer_weight=0.0, aux_weight=config.beta, contrastive_weight=config.gamma,
+            num_views=spec.num_views, augment=augment,
+        ))
+        stages.append(StagePlan(
+            name="linear", max_epochs=config.linear_eval_epochs or config.max_epochs,
+            lr=config.linear_eval_lr or config.lr, batch_size=config.linear_eval_batch_size or config.batch_size,
+            train_encoder=False, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0, num_views=1,
+            augment="none", reset_scoring_head=True,
+        ))
+    else:
+        stages.append(StagePlan(
+            name="supervised", max_epochs=config.max_epochs, lr=config.lr, batch_size=config.batch_size,
+            train_encoder=True, answer_weight=1.0, aux_weight=config.beta if spec.auxiliary else 0.0,
+            contrastive_weight=0.0, num_views=spec.num_views, augment=augment,
+        ))
+    if config.finetune:
+        stages.append(StagePlan(
+            name="finetune", max_epochs=config.finetune_epochs or config.max_epochs, lr=config.finetune_lr,
+            batch_size=config.batch_size,
+            train_encoder=True, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0, num_views=1,
+            augment=augment,
+        ))
+    return stages

@@ -1,0 +1,136 @@
+"""TrainConfig: YAML round trip, key=value overrides, validation errors, the stage plans and the CLI."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rpm_lib.training import cli
+from rpm_lib.training.config import ConfigError, TrainConfig, field_help, parse_overrides
+from rpm_lib.training.setups import SETUPS, stage_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    config = TrainConfig(setup="ce_aux_sparse", beta=5.0, configurations=["Center", "L-R"], encoder="wren",
+                         encoder_kwargs={"hidden": 3}, devices=[0, 1], limit_val_batches=3)
+    path = tmp_path / "config.yaml"
+    config.to_yaml(path)
+    assert TrainConfig.from_yaml(path) == config
+    assert yaml.safe_load(path.read_text())["configurations"] == ["center_single",
+                                                                "left_center_single_right_center_single"]
+
+
+def test_overrides_are_parsed_per_field_type() -> None:
+    config = TrainConfig().with_overrides([
+        "lr=1e-3", "batch_size=32", "configurations=[Center, 2x2Grid]", "run_dir=007", "max_train_samples=null",
+        "encoder_kwargs={backbone: cnn4}", "devices=2", "limit_train_batches=0.5", "progress_bar=false",
+        "gradient_clip_val=1",
+    ])
+    assert config.lr == 0.001 and isinstance(config.lr, float)
+    assert config.batch_size == 32
+    assert config.configurations == ["center_single", "distribute_four"]
+    assert config.run_dir == "007"
+    assert config.max_train_samples is None
+    assert config.encoder_kwargs == {"backbone": "cnn4"}
+    assert config.devices == 2
+    assert config.limit_train_batches == 0.5
+    assert config.progress_bar is False
+    assert config.gradient_clip_val == 1.0 and isinstance(config.gradient_clip_val, float)
+    assert TrainConfig().with_overrides(["configurations=Center,O-IG"]).configurations == [
+        "center_single", "in_distribute_four_out_center_single"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["learning_rate=0.1"], "learning_rate"),
+        (["setup=mlcl_augmented"], "setup"),
+        (["encoder=resnet"], "encoder"),
+        (["batch_size=abc"], "batch_size"),
+        (["batch_size=2.5"], "batch_size"),
+        (["lr=-0.1"], "lr"),
+        (["lr=0"], "lr"),
+        (["temperature=0"], "temperature"),
+        (["beta=-1"], "beta"),
+        (["negatives=some"], "negatives"),
+        (["configurations=[Middle]"], "configurations"),
+        (["setup=ce_aux_sparse", "rule_encoding=dense"], "rule_encoding"),
+        (["setup=ce_aux_dense", "rule_encoding=sparse38"], "rule_encoding"),
+        (["dataset=pgm", "rule_encoding=sparse38"], "rule_encoding"),
+        (["setup=mlcl", "beta=0", "gamma=0"], "beta"),
+        (["precision=fp8"], "precision"),
+        (["devices=many"], "devices"),
+        (["progress_bar=maybe"], "progress_bar"),
+        (["dataset=pgm", "pgm_regime=neutrall"], "pgm_regime"),
+        (["encoder_kwargs={image_size: 40}"], "encoder_kwargs"),
+        (["augment=strong"], "augment"),
+    ],
+)
+def test_bad_values_name_the_field(overrides: list[str], field: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{field}'"):
+        TrainConfig().with_overrides(overrides)
+
+
+def test_unknown_key_suggests_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("bach_size: 4\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*'bach_size'.*did you mean 'batch_size'"):
+        TrainConfig.from_yaml(path)
+    with pytest.raises(ConfigError, match="expected key=value"):
+        parse_overrides(["batch_size"])
+
+
+def test_shipped_training_configs_are_valid() -> None:
+    # configs/ also holds rpm-batch grid files (another format); these three are TrainConfig files.
+    configs = {name: TrainConfig.from_yaml(REPO / "configs" / f"{name}.yaml") for name in ("iraven", "pgm", "tiny")}
+    # The paper's hyper-parameters.
+    assert (configs["iraven"].batch_size, configs["iraven"].lr, configs["iraven"].max_epochs) == (128, 0.002, 100)
+    assert (configs["pgm"].batch_size, configs["pgm"].lr, configs["pgm"].max_epochs) == (256, 0.003, 50)
+    assert configs["pgm"].dataset == "pgm"
+
+
+def test_stage_plans_follow_the_setups() -> None:
+    base = TrainConfig(beta=10.0, gamma=1.0, lr=0.002)
+    plans = {name: stage_plan(dataclasses.replace(base, setup=name)) for name in SETUPS}
+    assert [p.name for p in plans["ce"]] == ["supervised"] and plans["ce"][0].aux_weight == 0
+    assert plans["ce_aux_sparse"][0].aux_weight == 10.0 and plans["ce_aux_sparse"][0].answer_weight == 1.0
+    for name in ("mlcl", "mlcl_aug"):
+        pretrain, linear = plans[name]
+        assert (pretrain.name, linear.name) == ("pretrain", "linear")
+        assert pretrain.answer_weight == 0 and pretrain.contrastive_weight == 1.0 and pretrain.aux_weight == 10.0
+        assert not linear.train_encoder and linear.reset_scoring_head and linear.answer_weight == 1.0
+        assert linear.contrastive_weight == 0 and linear.aux_weight == 0 and linear.augment == "none"
+    assert plans["mlcl"][0].num_views == 1 and plans["mlcl"][0].augment == "none"
+    assert plans["mlcl_aug"][0].num_views == 2 and plans["mlcl_aug"][0].augment == "official"
+    finetuned = stage_plan(dataclasses.replace(base, setup="mlcl", finetune=True, finetune_lr=3e-4))
+    assert [p.name for p in finetuned] == ["pretrain", "linear", "finetune"]
+    assert finetuned[-1].train_encoder and finetuned[-1].lr == 3e-4
+    assert TrainConfig(setup="ce_aux_dense").resolved_rule_encoding == "dense"
+    assert TrainConfig(setup="mlcl", dataset="pgm").resolved_rule_encoding == "sparse50"
+
+
+def test_cli_help_lists_every_field_with_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for _group, name, _type, default, _help in field_help():
+        assert f"  {name} = {default}   (" in text, name
+    assert "run_dir = runs/train" in text and "beta = 10.0" in text
+
+
+def test_cli_print_config_applies_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "base.yaml"
+    path.write_text("setup: ce\nbatch_size: 16\n")
+    assert cli.main(["--config", str(path), "--print-config", "batch_size=8", "lr=5e-4"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["setup"], printed["batch_size"], printed["lr"]) == ("ce", 8, 0.0005)
+
+
+def test_cli_reports_a_bad_value(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--print-config", "lr=-1"]) == 2
+    assert "'lr'" in capsys.readouterr().err

@@ -1,0 +1,27 @@
+"""Lightning DDP on CPU end to end: `rpm-train ... accelerator=cpu devices=2 strategy=ddp` (2 gloo processes)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+
+def test_rpm_train_runs_under_ddp_with_two_cpu_processes(tiny_iraven: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "ddp"
+    command = [
+        sys.executable, "-m", "rpm_lib.training.cli", f"run_dir={run_dir}", f"data_root={tiny_iraven}",
+        "setup=mlcl_aug", "encoder=scl", "batch_size=2", "max_steps=2", "max_epochs=1", "progress_bar=false",
+        "accelerator=cpu", "devices=2", "strategy=ddp", "max_val_samples=4", "max_test_samples=4",
+    ]
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["config"]["devices"] == 2 and metrics["config"]["strategy"] == "ddp"
+    # Rank 0 evaluates every test problem once (no DDP padding in the final evaluation).
+    assert metrics["test_num_samples"] == 4
+    assert [s["global_step"] for s in metrics["stages"]] == [2, 2]
+    assert (run_dir / "checkpoints" / "linear" / "best.ckpt").is_file()
