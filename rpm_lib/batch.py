@@ -509,7 +509,8 @@ def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, 
 
 def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out: str | Path | None = None,
               grids: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
-              cuda_devices: Sequence[str] | None = None, quiet: bool = False) -> list[RunResult]:
+              cuda_devices: Sequence[str] | None = None, quiet: bool = False,
+              prepare: bool = True) -> list[RunResult]:
     """Run (or, with ``dry_run``, only plan) every run of a batch YAML; see the module docstring.
 
     Args:
@@ -521,6 +522,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         overrides: parameters forced on every run (win over the YAML).
         cuda_devices: e.g. ``["0", "1"]``: run *i* gets ``CUDA_VISIBLE_DEVICES=cuda_devices[i % n]``.
         quiet: no progress lines on stdout.
+        prepare: run the YAML's ``prepare`` commands (False when the caller already made the data,
+            e.g. ``make demo``, which passes its own ``data_root`` in ``overrides``).
 
     Returns:
         One ``RunResult`` per run, in grid order. Failed runs do not raise.
@@ -541,7 +544,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     log(f"rpm-batch {config.path}: {len(specs)} runs ({len(specs) - len(todo)} already finished), "
         f"{jobs} at a time, into {out_dir}")
     if dry_run:
-        _run_prepare(config, True, log)
+        if prepare:
+            _run_prepare(config, True, log)
         results = []
         for spec, run_dir, finished in plan:
             status = "skipped" if finished else "planned"
@@ -549,7 +553,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
             log(f"  [{status}] {run_dir}: {params}")
             results.append(RunResult(spec, run_dir, status))
         return results
-    _run_prepare(config, False, log)
+    if prepare:
+        _run_prepare(config, False, log)
     by_name: dict[tuple[str, str], RunResult] = {
         (s.grid, s.name): RunResult(s, d.resolve(), "skipped") for s, d, f in plan if f}
     devices = list(cuda_devices) if cuda_devices else None

@@ -1,16 +1,21 @@
 """``make demo``: an end-to-end tour of rpm_lib, as a list of named, idempotent steps.
 
-    python -m rpm_lib.demo --out runs/demo [--data data/demo-iraven] [--num-per-config 60] [--seed 1234]
+    python -m rpm_lib.demo --out runs/demo [--data data/demo-iraven] [--num-per-config 500] [--seed 1234]
 
 Steps (``--list-steps``; run a subset with ``--steps generate,gallery``):
 
-1. ``generate``: a small balanced I-RAVEN set (all 7 configurations) with ``rpm-generate``'s writer;
+1. ``generate``: a balanced I-RAVEN set (all 7 configurations) with ``rpm-generate``'s writer;
    resumable, so a rerun reuses finished files.
-2. ``cache``: the 80 px memory-mapped cache of that set (``rpm_lib.data.prepare_cache``), reused
-   when it is complete and up to date.
+2. ``cache``: its 80 px memory-mapped cache (``rpm_lib.data.prepare_cache``) and the smaller cache the
+   demo trainings read (``--train-size``, 48 px: SCL at 80 px is too slow for a 15-minute CPU demo).
 3. ``gallery``: ``<out>/gallery.png``, one RPM per configuration, correct answer framed, rules in words.
+4. ``explore``: the dataset-exploration and augmentation notebooks (01, 02), executed by papermill.
+5. ``train``: ``configs/demo.yaml`` through ``rpm-batch``: SCL with CE and MLCL+AUG (notebook 03), each
+   evaluated (04) and its rule predictions shown (05), then the results table (06).
+6. ``index``: ``<out>/index.md`` and ``<out>/index.html`` listing everything produced, with the test
+   accuracies and a binomial test against chance (1/8).
 
-Later steps (training, notebooks) are appended to ``STEPS`` by adding a function ``step(ctx)``.
+Every step reuses finished work, so an interrupted demo continues where it stopped.
 """
 from __future__ import annotations
 
@@ -37,16 +42,27 @@ class DemoContext:
         num_per_config: problems per configuration.
         seed: generator seed.
         workers: processes for generation and caching.
+        train_size: panel side (px) of the demo trainings and of their cache.
+        batch_config: the ``rpm-batch`` YAML of the ``train`` step.
+        quick: smoke-test sizes (a few optimiser steps; numbers are meaningless) for the test suite.
         results: what steps produced (paths, counts), for later steps and the final summary.
     """
 
     out: Path
     data: Path
     cache: Path
-    num_per_config: int = 60
+    num_per_config: int = 500
     seed: int = 1234
     workers: int = 1
+    train_size: int = 48
+    batch_config: Path = Path("configs/demo.yaml")
+    quick: bool = False
     results: dict = field(default_factory=dict)
+
+    @property
+    def train_cache(self) -> Path:
+        """Cache at the trainings' panel size, beside the raw data (``<data>-<train_size>``)."""
+        return self.data.with_name(f"{self.data.name}-{self.train_size}")
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,10 @@ def step_cache(ctx: DemoContext) -> None:
         return
     _say(f"building the 80 px cache {ctx.cache}")
     ctx.results["cache"] = prepare_cache(ctx.data, ctx.cache, size=80, workers=ctx.workers, kind="raven")
+    if ctx.train_size != 80:
+        _say(f"building the {ctx.train_size} px cache the demo trainings read: {ctx.train_cache}")
+        ctx.results["train_cache"] = prepare_cache(ctx.data, ctx.train_cache, size=ctx.train_size,
+                                                   workers=ctx.workers, kind="raven")
 
 
 def _rule_lines(configuration: str, npz_meta_matrix, seed: int, index: int) -> list[str]:
@@ -129,11 +149,170 @@ def step_gallery(ctx: DemoContext) -> None:
     ctx.results["gallery"] = target_path
 
 
+#: Exploration notebooks: (template, extra parameters). Data comes from the demo set, never a download.
+EXPLORE_NOTEBOOKS: tuple[tuple[str, dict], ...] = (
+    ("notebooks/01_explore_dataset.ipynb", {}),
+    ("notebooks/02_augmentations.ipynb", {}),
+)
+
+#: Smoke-test overrides of the ``train`` step (``--quick``): the pipeline runs, the numbers mean nothing.
+QUICK_TRAIN_OVERRIDES: dict = {"max_epochs": 1, "linear_eval_epochs": 1, "limit_train_batches": 2,
+                               "limit_val_batches": 1, "batch_size": 4}
+
+
+def _executed_ok(path: Path) -> bool:
+    """True when ``path`` is an executed notebook with no error output (a finished earlier run)."""
+    import json
+
+    if not path.is_file():
+        return False
+    try:
+        notebook = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return not any(output.get("output_type") == "error"
+                   for cell in notebook.get("cells", []) for output in cell.get("outputs", []))
+
+
+def step_explore(ctx: DemoContext) -> None:
+    """Execute the exploration notebooks (01, 02) on the demo data into ``<out>/explore/``."""
+    from rpm_lib.batch import execute_notebook
+
+    done = []
+    for template, extra in EXPLORE_NOTEBOOKS:
+        stem = Path(template).stem
+        executed = ctx.out / "explore" / f"{stem}.ipynb"
+        if _executed_ok(executed):
+            _say(f"{stem}: reusing {executed}")
+        else:
+            _say(f"{stem}: executing with papermill")
+            execute_notebook(template, executed, {"data_root": str(ctx.data), "interactive": False,
+                                                  "output_dir": str(ctx.out / "explore" / stem), **extra})
+        done.append(executed)
+    ctx.results["explore"] = done
+
+
+def step_train(ctx: DemoContext) -> None:
+    """Run ``configs/demo.yaml`` with ``rpm-batch``: SCL x {CE, MLCL+AUG}, evaluation, results table."""
+    from rpm_lib.batch import run_batch
+
+    overrides = {"data_root": str(ctx.train_cache), "image_size": ctx.train_size}
+    if ctx.quick:
+        overrides.update(QUICK_TRAIN_OVERRIDES)
+    batch_dir = ctx.out / "batch"
+    _say(f"training (papermill batch {ctx.batch_config} -> {batch_dir}); progress lines follow")
+    results = run_batch(ctx.batch_config, jobs=1, out=batch_dir, overrides=overrides, prepare=False)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        raise RuntimeError("demo trainings failed: " + "; ".join(f"{r.name} ({r.run_dir}/error.txt)" for r in failed))
+    ctx.results["batch"] = batch_dir
+
+
+def _binomial_p_value(correct: int, trials: int, chance: float = 1 / 8) -> float:
+    """One-sided p-value of ``correct`` or more successes in ``trials`` under chance."""
+    from scipy.stats import binomtest
+
+    return float(binomtest(correct, trials, chance, alternative="greater").pvalue)
+
+
+def _relative(path: Path, root: Path) -> str:
+    return os.path.relpath(path, root)
+
+
+def demo_summary(ctx: DemoContext) -> list[dict]:
+    """Per training run of the batch: setup, test accuracy, test size, p-value vs chance, run folder."""
+    import json
+
+    rows = []
+    for metrics_path in sorted((ctx.out / "batch").glob("*/*/metrics.json")):
+        metrics = json.loads(metrics_path.read_text())
+        n = int(metrics["test_num_samples"])
+        correct = round(metrics["test_accuracy"] * n)
+        rows.append({
+            "run": metrics_path.parent,
+            "setup": metrics.get("setup_label", metrics.get("setup", "?")),
+            "encoder": metrics.get("encoder", "?"),
+            "accuracy": float(metrics["test_accuracy"]),
+            "n": n,
+            "p_value": _binomial_p_value(correct, n),
+            "per_configuration": metrics.get("test_accuracy_per_configuration_short", {}),
+        })
+    return rows
+
+
+def step_index(ctx: DemoContext) -> None:
+    """Write ``<out>/index.md`` and ``<out>/index.html``: every produced file, grouped, with results."""
+    import html
+
+    from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES
+
+    out = ctx.out
+    rows = demo_summary(ctx)
+    shorts = [SHORT_NAMES[c] for c in CONFIGURATIONS]
+    md = ["# rpm_lib demo", "",
+          f"Data: `{ctx.data}` ({ctx.num_per_config} generated balanced I-RAVEN problems per configuration, "
+          f"seed {ctx.seed}); trainings read `{ctx.train_cache}` ({ctx.train_size} px).", ""]
+    if rows:
+        md += ["## Test accuracy", "",
+               "| run | encoder | setup | test acc | test problems | p vs chance (1/8) | " + " | ".join(shorts) + " |",
+               "|---|---|---|---|---|---|" + "---|" * len(shorts)]
+        for row in rows:
+            per = row["per_configuration"]
+            md.append(f"| `{_relative(row['run'], out)}` | {row['encoder']} | {row['setup']} | "
+                      f"{100 * row['accuracy']:.1f}% | {row['n']} | {row['p_value']:.1e} | "
+                      + " | ".join(f"{100 * per[s]:.1f}" if s in per else "-" for s in shorts) + " |")
+        md.append("")
+    sections = [
+        ("Gallery", sorted(out.glob("gallery.png"))),
+        ("Exploration notebooks (01, 02) and their figures", sorted((out / "explore").rglob("*.*"))),
+        ("Training runs (03 train, 04 evaluate, 05 rule predictions)",
+         sorted(p for p in (out / "batch").rglob("*.*") if "checkpoints" not in p.parts and p.parent != out / "batch"
+                and "report" not in p.relative_to(out / "batch").parts[:1])),
+        ("Results table (06) and batch summary",
+         sorted([p for p in (out / "batch").glob("*.*")] + list((out / "batch" / "report").rglob("*.*")))),
+    ]
+    html_parts = ["<!doctype html><meta charset='utf-8'><title>rpm_lib demo</title>",
+                  "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}img{max-width:100%}"
+                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>",
+                  "<h1>rpm_lib demo</h1>"]
+    if rows:
+        html_parts.append("<h2>Test accuracy</h2><table><tr><th>run</th><th>setup</th><th>test acc</th>"
+                          "<th>n</th><th>p vs 1/8</th></tr>")
+        for row in rows:
+            html_parts.append(f"<tr><td>{html.escape(_relative(row['run'], out))}</td><td>{html.escape(row['setup'])}</td>"
+                              f"<td>{100 * row['accuracy']:.1f}%</td><td>{row['n']}</td><td>{row['p_value']:.1e}</td></tr>")
+        html_parts.append("</table>")
+    for title, paths in sections:
+        paths = [p for p in paths if p.is_file() and not p.name.startswith(".")]
+        if not paths:
+            continue
+        md += [f"## {title}", ""] + [f"- [`{_relative(p, out)}`]({_relative(p, out)})" for p in paths] + [""]
+        html_parts.append(f"<h2>{html.escape(title)}</h2><ul>")
+        for p in paths:
+            rel = html.escape(_relative(p, out))
+            html_parts.append(f"<li><a href='{rel}'>{rel}</a></li>")
+        html_parts.append("</ul>")
+        for p in paths:
+            if p.suffix == ".png":
+                rel = html.escape(_relative(p, out))
+                html_parts.append(f"<figure><img src='{rel}' loading='lazy'><figcaption>{rel}</figcaption></figure>")
+    (out / "index.md").write_text("\n".join(md))
+    (out / "index.html").write_text("\n".join(html_parts))
+    _say(f"index: {out / 'index.md'} and {out / 'index.html'}")
+    for row in rows:
+        _say(f"{row['encoder']} {row['setup']}: test accuracy {100 * row['accuracy']:.1f}% on {row['n']} problems "
+             f"(chance 12.5%, p = {row['p_value']:.1e})")
+    ctx.results["index"] = out / "index.md"
+
+
 #: The demo, in order. Append ``DemoStep(name, description, function)`` to extend it.
 STEPS: list[DemoStep] = [
     DemoStep("generate", "generate a small balanced I-RAVEN set (all 7 configurations)", step_generate),
-    DemoStep("cache", "build its 80 px memory-mapped cache", step_cache),
+    DemoStep("cache", "build its 80 px memory-mapped cache (and the trainings' smaller one)", step_cache),
     DemoStep("gallery", "save gallery.png: one RPM per configuration with rules in words", step_gallery),
+    DemoStep("explore", "execute the exploration notebooks 01 and 02 with papermill", step_explore),
+    DemoStep("train", "SCL with CE and MLCL+AUG through rpm-batch (notebooks 03, 04, 05, 06)", step_train),
+    DemoStep("index", "write index.md / index.html listing everything produced", step_index),
 ]
 
 
@@ -148,7 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="runs/demo", help="run folder for figures (default: runs/demo)")
     parser.add_argument("--data", default="data/demo-iraven", help="generated data folder (default: data/demo-iraven)")
     parser.add_argument("--cache", default=None, help="80 px cache folder (default: <data>-80)")
-    parser.add_argument("--num-per-config", type=int, default=60, help="problems per configuration (default: 60)")
+    parser.add_argument("--num-per-config", type=int, default=500, help="problems per configuration (default: 500)")
+    parser.add_argument("--train-size", type=int, default=48, help="panel side in px of the demo trainings (default: 48)")
+    parser.add_argument("--batch-config", default="configs/demo.yaml", help="rpm-batch YAML of the train step")
+    parser.add_argument("--quick", action="store_true", help="smoke-test sizes: a few optimiser steps (numbers meaningless)")
     parser.add_argument("--seed", type=int, default=1234, help="generator seed (default: 1234)")
     parser.add_argument("--workers", type=int, default=1, help="processes for generation / caching (default: 1)")
     parser.add_argument("--steps", default="all", help="comma-separated step names to run (default: all)")
@@ -188,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_per_config=args.num_per_config,
         seed=args.seed,
         workers=args.workers,
+        train_size=args.train_size,
+        batch_config=Path(args.batch_config),
+        quick=args.quick,
     )
     names = None if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
     try:

@@ -1,0 +1,41 @@
+"""`make demo` end to end at smoke-test sizes (`--quick`): every step runs and the index lists real outputs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+def test_quick_demo_runs_every_step_and_indexes_its_outputs(tmp_path, capsys):
+    from rpm_lib import demo
+
+    out, data = tmp_path / "run", tmp_path / "data"
+    argv = ["--out", str(out), "--data", str(data), "--num-per-config", "10", "--quick"]
+    assert demo.main(argv) == 0
+
+    runs = sorted(p.parent.name for p in (out / "batch").glob("*/*/metrics.json"))
+    assert runs == ["setup-ce__seed-0", "setup-mlcl_aug__seed-0"]
+    for run in (out / "batch" / "main").iterdir():
+        for notebook in ("03_train.ipynb", "04_evaluate.ipynb", "05_rule_predictions.ipynb"):
+            executed = json.loads((run / notebook).read_text())
+            errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+            assert not errors, f"{run.name}/{notebook} raised"
+    assert (out / "batch" / "table1.md").is_file() and (out / "batch" / "06_results_table.ipynb").is_file()
+    assert (out / "explore" / "01_explore_dataset.ipynb").is_file()
+    assert (out / "explore" / "02_augmentations.ipynb").is_file()
+    assert (data.with_name("data-48") / "manifest.json").is_file()
+
+    index = (out / "index.md").read_text()
+    for listed in ("gallery.png", "explore/02_augmentations.ipynb", "batch/main/setup-ce__seed-0/metrics.json",
+                   "batch/table1.md", "| scl | MLCL+AUG |"):
+        assert listed in index
+    linked = [line.split("](", 1)[1].rstrip(")") for line in index.splitlines() if line.startswith("- [")]
+    assert linked and all((out / path).is_file() for path in linked)
+    assert "<img src='gallery.png'" in (out / "index.html").read_text()
+
+    # A rerun reuses everything: no notebook is executed again, every training run is skipped.
+    capsys.readouterr()
+    assert demo.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "2 already finished" in printed and "reusing" in printed
