@@ -570,7 +570,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     if jobs == 1 or len(todo) <= 1:
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
-            for i, (spec, _) in enumerate(todo, 1):
+            for i, (spec, run_dir) in enumerate(todo, 1):
+                log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir} "
+                    f"(live: {run_dir / 'history.csv'})")
                 report(i, run_one(spec, config, out_dir, device_for(i - 1)))
         finally:
             if devices is not None:
