@@ -400,6 +400,26 @@ def _describe_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
+#: Per-cell timeout (s) of the ``then`` notebooks when the YAML sets no ``execution_timeout``.
+THEN_EXECUTION_TIMEOUT = 900
+#: Exceptions after which a notebook is executed once more: a kernel that stopped answering. Seen with
+#: nbclient 0.11 / ipykernel 7: every cell had run (its files were written) but the client never got the
+#: final reply and waited forever; a timeout turns that into an error, and one retry recovers it.
+RETRYABLE_ERRORS = ("CellTimeoutError", "DeadKernelError", "TimeoutError")
+
+
+def _execute_with_retry(template: Path, out_nb: Path, params: dict[str, Any], kernel: str,
+                        timeout: int | None) -> None:
+    """``execute_notebook`` with one more attempt when the kernel hung or died (not when a cell raised)."""
+    try:
+        execute_notebook(template, out_nb, params, kernel_name=kernel, cwd=Path.cwd(), execution_timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - only kernel stalls are retried; everything else propagates
+        if type(exc).__name__ not in RETRYABLE_ERRORS:
+            raise
+        print(f"  retrying {out_nb}: the kernel stalled or died ({type(exc).__name__})", flush=True)
+        execute_notebook(template, out_nb, params, kernel_name=kernel, cwd=Path.cwd(), execution_timeout=timeout)
+
+
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
             threads: int | None = None) -> RunResult:
     """Execute one grid point (template, then the ``then`` notebooks); never raises for notebook failures.
@@ -434,9 +454,11 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
         return RunResult(spec, run_dir, "skipped")
     (run_dir / "error.txt").unlink(missing_ok=True)
     for template, params, out_nb in steps:
+        # Evaluation notebooks are short, so they get a per-cell timeout even when training cells have none.
+        timeout = config.execution_timeout if template == config.template else (
+            config.execution_timeout or THEN_EXECUTION_TIMEOUT)
         try:
-            execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
-                             execution_timeout=config.execution_timeout)
+            _execute_with_retry(template, out_nb, params, config.kernel, timeout)
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
@@ -500,8 +522,7 @@ def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, 
     out_nb = out / report.name
     try:
         params = {"batch_dir": str(out.resolve()), OUTPUT_DIR_PARAMETER: str((out / "report").resolve())}
-        execute_notebook(report, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
-                         execution_timeout=config.execution_timeout)
+        _execute_with_retry(report, out_nb, params, config.kernel, config.execution_timeout or THEN_EXECUTION_TIMEOUT)
     except Exception as exc:  # noqa: BLE001 - the runs are done; a broken report must not hide them
         log(f"report notebook {report} failed (see {out_nb}): {_describe_error(exc).strip().splitlines()[-1]}")
     return {"report": out_nb}

@@ -256,3 +256,26 @@ def test_shipped_configs_are_valid_train_configs(name, monkeypatch):
         assert {s.parameters["encoder"] for s in main} == {"scl", "hrinet", "copinet", "wren"}
         assert {s.parameters["batch_size"] for s in main} == {128} and {s.parameters["lr"] for s in main} == {0.002}
         assert {s.grid for s in specs} == {"main", "ablation_beta", "ablation_batch_size"}
+
+
+def test_a_stalled_kernel_is_retried_once_and_a_second_stall_fails_the_run(tmp_path, fake_templates):
+    """A cell that never answers within the timeout is re-executed once; a repeated stall is a failed run."""
+    _, evaluate = fake_templates
+    body = (
+        "import pathlib, time\n"
+        "marker = pathlib.Path(run_dir, 'attempts.txt')\n"
+        "attempts = int(marker.read_text()) + 1 if marker.exists() else 1\n"
+        "marker.write_text(str(attempts))\n"
+        "if attempts <= stalls:\n"
+        "    time.sleep(60)\n"
+        "pathlib.Path(run_dir, 'metrics.json').write_text('{}')\n"
+    )
+    stall = _notebook(tmp_path / "stall.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\nstalls: int = 0\n', body)
+    cfg_path = _write_config(tmp_path / "b.yaml", f"template: {stall}\nout: {tmp_path / 'o'}\n"
+                             "execution_timeout: 3\naxes: {stalls: [1, 2]}\n")
+    cfg = batch.load_batch_config(cfg_path)
+    results = {spec.parameters["stalls"]: batch.run_one(spec, cfg, tmp_path / "o") for spec in batch.expand_grid(cfg)}
+    assert results[1].status == "done"
+    assert (results[1].run_dir / "attempts.txt").read_text() == "2"
+    assert results[2].status == "failed" and "Timeout" in results[2].error
+    assert (results[2].run_dir / "attempts.txt").read_text() == "2"
