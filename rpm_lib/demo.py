@@ -20,7 +20,6 @@ Every step reuses finished work, so an interrupted demo continues where it stopp
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -175,27 +174,6 @@ def _executed_ok(path: Path) -> bool:
                    for cell in notebook.get("cells", []) for output in cell.get("outputs", []))
 
 
-@contextlib.contextmanager
-def kernel_stderr_to(log_path: Path):
-    """Send this process's (and its kernels') stderr to ``log_path`` while notebooks execute.
-
-    Jupyter kernels print start-up warnings and shutdown noise to the stderr they inherit; in the demo's
-    console they would bury the progress lines. Errors are not lost: papermill stores every traceback in
-    the executed notebook (and ``rpm-batch`` in ``error.txt``), and the raw stream stays in ``log_path``.
-    """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(log_path, "ab") as log:
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
 def step_explore(ctx: DemoContext) -> None:
     """Execute the exploration notebooks (01, 02) on the demo data into ``<out>/explore/``."""
     from rpm_lib.batch import execute_notebook
@@ -207,10 +185,9 @@ def step_explore(ctx: DemoContext) -> None:
         if _executed_ok(executed):
             _say(f"{stem}: reusing {executed}")
         else:
-            _say(f"{stem}: executing with papermill (kernel messages go to {ctx.out / 'kernels.log'})")
-            with kernel_stderr_to(ctx.out / "kernels.log"):
-                execute_notebook(template, executed, {"data_root": str(ctx.data), "interactive": False,
-                                                      "output_dir": str(ctx.out / "explore" / stem), **extra})
+            _say(f"{stem}: executing with papermill")
+            execute_notebook(template, executed, {"data_root": str(ctx.data), "interactive": False,
+                                                  "output_dir": str(ctx.out / "explore" / stem), **extra})
         done.append(executed)
     ctx.results["explore"] = done
 
@@ -223,10 +200,10 @@ def step_train(ctx: DemoContext) -> None:
     if ctx.quick:
         overrides.update(QUICK_TRAIN_OVERRIDES)
     batch_dir = ctx.out / "batch"
-    _say(f"training (papermill batch {ctx.batch_config} -> {batch_dir}); progress lines follow, "
-         f"kernel messages go to {ctx.out / 'kernels.log'}")
-    with kernel_stderr_to(ctx.out / "kernels.log"):
-        results = run_batch(ctx.batch_config, jobs=1, out=batch_dir, overrides=overrides, prepare=False)
+    # Kernels print start-up warnings to the inherited stderr. Redirecting our fd 2 to hide them made
+    # papermill wait forever for a finished cell in 2 of 4 demo runs, so the noise stays.
+    _say(f"training (papermill batch {ctx.batch_config} -> {batch_dir}); progress lines follow")
+    results = run_batch(ctx.batch_config, jobs=1, out=batch_dir, overrides=overrides, prepare=False)
     failed = [r for r in results if r.status == "failed"]
     if failed:
         raise RuntimeError("demo trainings failed: " + "; ".join(f"{r.name} ({r.run_dir}/error.txt)" for r in failed))
