@@ -302,11 +302,16 @@ class TrainConfig:
             raise ConfigError("config field 'encoder_kwargs': do not set image_size here; use the image_size field")
         if self.resume and self.overwrite:
             raise ConfigError("config fields 'resume' and 'overwrite': choose one (both are true)")
-        _check_encoder_name(self.encoder)
+        from rpm_lib.encoders import list_encoders
+        from rpm_lib.rules import PGM_REGIMES
+
+        _check_known("encoder", "encoder", self.encoder, list_encoders())
         if self.dataset == "pgm":
-            _check_pgm_regime(self.pgm_regime)
+            _check_known("pgm_regime", "regime", self.pgm_regime, list(PGM_REGIMES))
         if self.resolved_augment != "none":
-            _check_augment_recipe(self.resolved_augment)
+            from rpm_lib.augment import RECIPES  # albumentations is slow to import: only when augmenting
+
+            _check_known("augment", "recipe", self.resolved_augment, list(RECIPES), extra="auto, none, ")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -476,36 +481,11 @@ def normalise_configurations(names: list[str]) -> list[str]:
     return out
 
 
-def _check_encoder_name(name: str) -> None:
-    try:
-        from rpm_lib.encoders import list_encoders
-    except ImportError:  # the encoders package is not importable yet; create_encoder will complain later
-        return
-    names = list_encoders()
-    if name not in names:
-        raise ConfigError(f"config field 'encoder': unknown encoder {name!r}{_suggest(name, names)}; "
-                          f"registered: {', '.join(names)}")
-
-
-def _check_pgm_regime(regime: str) -> None:
-    try:
-        from rpm_lib.rules import PGM_REGIMES
-    except ImportError:
-        return
-    if regime not in PGM_REGIMES:
-        raise ConfigError(f"config field 'pgm_regime': unknown regime {regime!r}{_suggest(regime, list(PGM_REGIMES))}; "
-                          f"known: {', '.join(PGM_REGIMES)}")
-
-
-def _check_augment_recipe(recipe: str) -> None:
-    try:
-        from rpm_lib import augment
-    except ImportError:
-        return
-    recipes = getattr(augment, "RECIPES", None)
-    if recipes is not None and recipe not in recipes:
-        raise ConfigError(f"config field 'augment': unknown recipe {recipe!r}{_suggest(recipe, list(recipes))}; "
-                          f"known: auto, none, {', '.join(recipes)}")
+def _check_known(field: str, what: str, value: str, known: list[str], extra: str = "") -> None:
+    """Raise ConfigError naming ``field`` when ``value`` is not one of ``known`` (with a close match)."""
+    if value not in known:
+        raise ConfigError(f"config field '{field}': unknown {what} {value!r}{_suggest(value, known)}; "
+                          f"known: {extra}{', '.join(known)}")
 
 
 def field_help() -> list[tuple[str, str, str, str, str]]:
