@@ -9,7 +9,7 @@ A batch is described by a YAML file (see ``configs/table1.yaml`` and ``configs/d
     report: notebooks/06_results_table.ipynb   # optional, executed once at the end with batch_dir=<out>
     out: runs/demo                      # batch folder; one sub-folder per grid, one per run
     kernel: python3                     # optional (default python3)
-    execution_timeout: null             # optional, seconds per cell
+    execution_timeout: null             # optional, seconds per cell (default: none; see below)
     prepare:                            # optional commands run in order before any run; a step with
       - creates: data/iraven/manifest.json   # `creates` is skipped when that path exists. `python` means
         run: [rpm-generate, --out, data/iraven, --num-per-config, "100"]   # this interpreter; console
@@ -61,6 +61,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rpm_lib.notebook_execution import execute_notebook
 
 #: Notebook parameter that receives ``<run folder>/<notebook stem>`` (figures, tables).
 OUTPUT_DIR_PARAMETER = "output_dir"
@@ -305,6 +307,8 @@ def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
     """All runs of the selected grids (``None``: those with ``default: true``), in axis order.
 
     Parameter precedence (later wins): batch ``fixed``, grid ``fixed``, axis values, ``overrides``.
+    An override of an axis's own parameter (e.g. ``seed`` on a ``seed`` axis) also replaces that axis's
+    label, so the run folder is named after the value the run really uses.
 
     Raises:
         BatchConfigError: unknown grid name, or two runs of one grid with the same folder name.
@@ -327,6 +331,9 @@ def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
             for _, (_, values) in zip(axis_names, choice):
                 params.update(values)
             params.update(overrides or {})
+            for axis in axis_names:
+                if overrides and axis in overrides:
+                    labels[axis] = str(overrides[axis])
             name = run_name(labels)
             if name in seen:
                 raise _fail(config.path, f"grid {grid.name}: two runs would share the folder {name!r}")
@@ -343,41 +350,6 @@ def run_dir_of(out: Path, spec: RunSpec) -> Path:
 # ----------------------------------------------------------------------------------------------
 # Execution
 # ----------------------------------------------------------------------------------------------
-
-
-def execute_notebook(template: str | Path, out_path: str | Path, parameters: Mapping[str, Any] | None = None, *,
-                     kernel_name: str = "python3", cwd: str | Path | None = None,
-                     execution_timeout: int | None = None, log_output: bool = False) -> Path:
-    """Execute ``template`` with papermill into ``out_path`` (parent folders created).
-
-    The kernel is always named (``python3`` = the interpreter that runs this code, see tooling notes §3),
-    the progress bar is off, and the kernel inherits ``NO_ALBUMENTATIONS_UPDATE=1``. (Notebooks select
-    the inline matplotlib backend themselves, so an inherited ``MPLBACKEND=Agg`` does not hide figures.)
-
-    Raises:
-        papermill.PapermillExecutionError: a cell raised; ``out_path`` still holds the executed notebook
-            with the traceback.
-    """
-    import papermill as pm  # 2.5 s import: only when executing
-
-    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    kwargs: dict[str, Any] = {}
-    if execution_timeout is not None:
-        kwargs["execution_timeout"] = execution_timeout
-    pm.execute_notebook(
-        str(template),
-        str(out_path),
-        parameters=dict(parameters or {}),
-        kernel_name=kernel_name,
-        progress_bar=False,
-        log_output=log_output,
-        request_save_on_cell_execute=False,
-        cwd=None if cwd is None else str(cwd),
-        **kwargs,
-    )
-    return out_path
 
 
 def _notebook_failed(path: Path) -> bool:
@@ -398,26 +370,6 @@ def _describe_error(exc: BaseException) -> str:
         tb = re.sub(r"\x1b\[[0-9;]*m", "", tb)  # ANSI colours from IPython
         return f"{tb}\n{ename}: {exc.evalue}\n"
     return "".join(traceback.format_exception(exc))
-
-
-#: Per-cell timeout (s) of the ``then`` notebooks when the YAML sets no ``execution_timeout``.
-THEN_EXECUTION_TIMEOUT = 900
-#: Exceptions after which a notebook is executed once more: a kernel that stopped answering. Seen with
-#: nbclient 0.11 / ipykernel 7: every cell had run (its files were written) but the client never got the
-#: final reply and waited forever; a timeout turns that into an error, and one retry recovers it.
-RETRYABLE_ERRORS = ("CellTimeoutError", "DeadKernelError", "TimeoutError")
-
-
-def _execute_with_retry(template: Path, out_nb: Path, params: dict[str, Any], kernel: str,
-                        timeout: int | None) -> None:
-    """``execute_notebook`` with one more attempt when the kernel hung or died (not when a cell raised)."""
-    try:
-        execute_notebook(template, out_nb, params, kernel_name=kernel, cwd=Path.cwd(), execution_timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - only kernel stalls are retried; everything else propagates
-        if type(exc).__name__ not in RETRYABLE_ERRORS:
-            raise
-        print(f"  retrying {out_nb}: the kernel stalled or died ({type(exc).__name__})", flush=True)
-        execute_notebook(template, out_nb, params, kernel_name=kernel, cwd=Path.cwd(), execution_timeout=timeout)
 
 
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
@@ -454,11 +406,9 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
         return RunResult(spec, run_dir, "skipped")
     (run_dir / "error.txt").unlink(missing_ok=True)
     for template, params, out_nb in steps:
-        # Evaluation notebooks are short, so they get a per-cell timeout even when training cells have none.
-        timeout = config.execution_timeout if template == config.template else (
-            config.execution_timeout or THEN_EXECUTION_TIMEOUT)
         try:
-            _execute_with_retry(template, out_nb, params, config.kernel, timeout)
+            execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
+                             execution_timeout=config.execution_timeout)
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
@@ -522,7 +472,8 @@ def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, 
     out_nb = out / report.name
     try:
         params = {"batch_dir": str(out.resolve()), OUTPUT_DIR_PARAMETER: str((out / "report").resolve())}
-        _execute_with_retry(report, out_nb, params, config.kernel, config.execution_timeout or THEN_EXECUTION_TIMEOUT)
+        execute_notebook(report, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
+                         execution_timeout=config.execution_timeout)
     except Exception as exc:  # noqa: BLE001 - the runs are done; a broken report must not hide them
         log(f"report notebook {report} failed (see {out_nb}): {_describe_error(exc).strip().splitlines()[-1]}")
     return {"report": out_nb}

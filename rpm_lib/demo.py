@@ -1,6 +1,6 @@
 """``make demo``: an end-to-end tour of rpm_lib, as a list of named, idempotent steps.
 
-    python -m rpm_lib.demo --out runs/demo [--data data/demo-iraven] [--num-per-config 500] [--seed 1234]
+    python -m rpm_lib.demo --out runs/demo [--data data/demo-iraven] [--num-per-config 500] [--seed 0]
 
 Steps (``--list-steps``; run a subset with ``--steps generate,gallery``):
 
@@ -40,7 +40,8 @@ class DemoContext:
         data: raw generated data folder.
         cache: 80 px cache folder (``<data>-80`` by default).
         num_per_config: problems per configuration.
-        seed: generator seed.
+        seed: training seed of both runs (weights, sample order, answer shuffling, augmentation).
+        data_seed: generator seed of the demo data.
         workers: processes for generation and caching.
         train_size: panel side (px) of the demo trainings and of their cache.
         batch_config: the ``rpm-batch`` YAML of the ``train`` step.
@@ -52,7 +53,8 @@ class DemoContext:
     data: Path
     cache: Path
     num_per_config: int = 500
-    seed: int = 1234
+    seed: int = 0
+    data_seed: int = 1234
     workers: int = 1
     train_size: int = 48
     batch_config: Path = Path("configs/demo.yaml")
@@ -87,8 +89,9 @@ def step_generate(ctx: DemoContext) -> None:
     """Generate ``num_per_config`` balanced problems per configuration into ``ctx.data`` (resumable)."""
     from rpm_lib.generator.writer import write_dataset
 
-    _say(f"generating {ctx.num_per_config} I-RAVEN problems x 7 configurations into {ctx.data} (seed {ctx.seed})")
-    summary = write_dataset(ctx.data, "all", count=ctx.num_per_config, seed=ctx.seed, mode="balanced",
+    _say(f"generating {ctx.num_per_config} I-RAVEN problems x 7 configurations into {ctx.data} "
+         f"(seed {ctx.data_seed})")
+    summary = write_dataset(ctx.data, "all", count=ctx.num_per_config, seed=ctx.data_seed, mode="balanced",
                             workers=ctx.workers, progress=True)
     _say(f"data: {summary['written']} written, {summary['skipped']} reused")
     ctx.results["data"] = ctx.data
@@ -138,7 +141,7 @@ def step_gallery(ctx: DemoContext) -> None:
         with np.load(path, allow_pickle=False) as data:
             panels, target, meta_matrix = data["image"], int(data["target"]), data["meta_matrix"]
         items.append(GalleryItem(panels, target, f"{SHORT_NAMES[configuration]} ({configuration}, problem 0)",
-                                 _rule_lines(configuration, meta_matrix, ctx.seed, 0)))
+                                 _rule_lines(configuration, meta_matrix, ctx.data_seed, 0)))
     figure = plot_gallery(items, ncols=2, title="I-RAVEN (balanced) - one problem per configuration; answer framed green")
     ctx.out.mkdir(parents=True, exist_ok=True)
     target_path = ctx.out / "gallery.png"
@@ -176,7 +179,7 @@ def _executed_ok(path: Path) -> bool:
 
 def step_explore(ctx: DemoContext) -> None:
     """Execute the exploration notebooks (01, 02) on the demo data into ``<out>/explore/``."""
-    from rpm_lib.batch import execute_notebook
+    from rpm_lib.notebook_execution import execute_notebook
 
     done = []
     for template, extra in EXPLORE_NOTEBOOKS:
@@ -196,12 +199,10 @@ def step_train(ctx: DemoContext) -> None:
     """Run ``configs/demo.yaml`` with ``rpm-batch``: SCL x {CE, MLCL+AUG}, evaluation, results table."""
     from rpm_lib.batch import run_batch
 
-    overrides = {"data_root": str(ctx.train_cache), "image_size": ctx.train_size}
+    overrides = {"data_root": str(ctx.train_cache), "image_size": ctx.train_size, "seed": ctx.seed}
     if ctx.quick:
         overrides.update(QUICK_TRAIN_OVERRIDES)
     batch_dir = ctx.out / "batch"
-    # Kernels print start-up warnings to the inherited stderr. Redirecting our fd 2 to hide them made
-    # papermill wait forever for a finished cell in 2 of 4 demo runs, so the noise stays.
     _say(f"training (papermill batch {ctx.batch_config} -> {batch_dir}); progress lines follow")
     results = run_batch(ctx.batch_config, jobs=1, out=batch_dir, overrides=overrides, prepare=False)
     failed = [r for r in results if r.status == "failed"]
@@ -253,7 +254,8 @@ def step_index(ctx: DemoContext) -> None:
     shorts = [SHORT_NAMES[c] for c in CONFIGURATIONS]
     md = ["# rpm_lib demo", "",
           f"Data: `{ctx.data}` ({ctx.num_per_config} generated balanced I-RAVEN problems per configuration, "
-          f"seed {ctx.seed}); trainings read `{ctx.train_cache}` ({ctx.train_size} px).", ""]
+          f"seed {ctx.data_seed}); trainings read `{ctx.train_cache}` ({ctx.train_size} px), training seed "
+          f"{ctx.seed}.", ""]
     if rows:
         md += ["## Test accuracy", "",
                "| run | encoder | setup | test acc | test problems | p vs chance (1/8) | " + " | ".join(shorts) + " |",
@@ -333,7 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train-size", type=int, default=48, help="panel side in px of the demo trainings (default: 48)")
     parser.add_argument("--batch-config", default="configs/demo.yaml", help="rpm-batch YAML of the train step")
     parser.add_argument("--quick", action="store_true", help="smoke-test sizes: a few optimiser steps (numbers meaningless)")
-    parser.add_argument("--seed", type=int, default=1234, help="generator seed (default: 1234)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="training seed of both runs (default: 0); runs are named after it (setup-ce__seed-0)")
+    parser.add_argument("--data-seed", type=int, default=1234, help="generator seed of the demo data (default: 1234)")
     parser.add_argument("--workers", type=int, default=1, help="processes for generation / caching (default: 1)")
     parser.add_argument("--steps", default="all", help="comma-separated step names to run (default: all)")
     parser.add_argument("--list-steps", action="store_true", help="print the steps and exit")
@@ -371,6 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache=Path(args.cache) if args.cache else data.with_name(data.name + "-80"),
         num_per_config=args.num_per_config,
         seed=args.seed,
+        data_seed=args.data_seed,
         workers=args.workers,
         train_size=args.train_size,
         batch_config=Path(args.batch_config),

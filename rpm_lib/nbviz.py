@@ -494,6 +494,33 @@ def plot_table1_comparison(rows: Sequence[Any], title: str | None = None) -> Fig
     return fig
 
 
+def plot_setup_accuracies(rows: Sequence[Any], seed_values: Mapping[str, Sequence[float]] | None = None,
+                          title: str | None = None) -> Figure:
+    """Bars of the average test accuracy per row (mean ± std over seeds), each seed as a dot, chance dashed.
+
+    Args:
+        rows: ``results.Table1Row``; the bar label is ``claims.row_key(row)`` (setup, or setup + ablation).
+        seed_values: optional row key -> per-seed averages (percent) drawn as dots.
+    """
+    from rpm_lib.claims import row_key
+
+    keys = [row_key(r) for r in rows]
+    y = np.arange(len(rows))[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    errs = [0.0 if math.isnan(r.std) else r.std for r in rows]
+    ax.barh(y, [r.average for r in rows], xerr=errs, capsize=3, color="#4c72b0", alpha=0.8)
+    for yi, key in zip(y, keys):
+        values = (seed_values or {}).get(key, [])
+        ax.plot(values, [yi] * len(values), "k.", ms=5)
+    ax.axvline(CHANCE_PERCENT, color="grey", ls="--", lw=1, label="chance (12.5 %)")
+    ax.set_yticks(y, keys, fontsize=8)
+    ax.set_xlabel("average test accuracy (%)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "test accuracy per setup (bars: mean ± std over seeds; dots: seeds)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------------------------------------
 # RPMs from datasets, solved matrices, augmentation panels
 # ----------------------------------------------------------------------------------------------

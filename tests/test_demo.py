@@ -7,7 +7,6 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="papermill intermittently waits forever after a finished cell inside this in-process run (open issue); run `python -m rpm_lib.demo --quick` by hand")
 def test_quick_demo_runs_every_step_and_indexes_its_outputs(tmp_path, capsys):
     from rpm_lib import demo
 

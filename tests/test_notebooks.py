@@ -179,7 +179,20 @@ def test_06_results_table(tmp_path, tiny_batch):
     assert "| SCL | MLCL | – | 2 |" in table and "95.7 ± 0.5" in table  # ours (2 seeds) beside the paper
 
 
+def test_07_reproduction_cpu(tmp_path):
+    from test_claims import write_fake_reproduction_batch
+
+    batch_dir = write_fake_reproduction_batch(tmp_path / "batch")
+    nb = _execute("07_reproduction_cpu.ipynb", tmp_path, batch_dir=str(batch_dir))
+    assert "18 finished runs: 15 main, 3 ablation" in _stream_text(nb)
+    figures = tmp_path / "figures"
+    assert {"reproduction_cpu.png", "claims.md"} <= {p.name for p in figures.iterdir()}
+    claims_table = (figures / "claims.md").read_text()
+    assert "| the sparse rule encoding beats the dense one (CE+AUX-sparse > CE+AUX-dense) |" in claims_table
+    assert "does not hold" in claims_table and "| holds |" in claims_table
+
+
 def test_every_template_has_a_test():
     tested = {"01_explore_dataset", "02_augmentations", "03_train", "04_evaluate", "05_rule_predictions",
-              "06_results_table"}
+              "06_results_table", "07_reproduction_cpu"}
     assert {p.stem for p in TEMPLATES.glob("*.ipynb")} == tested

@@ -1,0 +1,124 @@
+"""The paper's qualitative claims about its setups, checked against aggregated runs.
+
+The MLCL paper's Table 1 supports orderings that do not depend on scale: an auxiliary rule loss beats
+none, the sparse rule encoding beats the dense one, MLCL+AUG is the best setup, and each of its parts
+matters (removing the auxiliary loss, the contrastive loss or the wrong-completion negatives hurts).
+:func:`check_claims` tests each of them on :class:`rpm_lib.results.Table1Row` rows (e.g. from
+``configs/reproduction_cpu.yaml``) and says how clearly it holds.
+
+Verdicts compare mean test accuracies (percent, the paper's Average over configurations):
+
+* ``holds``: the difference is in the claimed direction and larger than twice its standard error;
+* ``same direction, not significant``: in the claimed direction but within two standard errors;
+* ``does not hold``: zero or reversed.
+
+The standard error of a difference of seed means is ``sqrt(s_a^2/n_a + s_b^2/n_b)`` (sample std over
+seeds); with one seed on a side its binomial error ``sqrt(p (1 - p) / N)`` over the N test problems is
+used instead.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rpm_lib.results import Table1Row
+
+#: Verdict strings of :class:`ClaimCheck`.
+HOLDS, WEAK, FAILS, MISSING = "holds", "same direction, not significant", "does not hold", "not measured"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``better`` should beat every one of ``worse``; each side names a setup (paper spelling) or an ablation."""
+
+    text: str
+    better: str
+    worse: tuple[str, ...]
+
+
+#: The claims, as (row key of the better side, row keys it should beat). Row keys: setup labels, or
+#: ``"MLCL+AUG beta=0"``-style keys for the ablation grid's ``variant`` label.
+CLAIMS: tuple[Claim, ...] = (
+    Claim("an auxiliary rule loss beats none (CE+AUX-sparse > CE)", "CE+AUX-sparse", ("CE",)),
+    Claim("an auxiliary rule loss beats none (CE+AUX-dense > CE)", "CE+AUX-dense", ("CE",)),
+    Claim("the sparse rule encoding beats the dense one (CE+AUX-sparse > CE+AUX-dense)", "CE+AUX-sparse",
+          ("CE+AUX-dense",)),
+    Claim("augmentation helps MLCL (MLCL+AUG > MLCL)", "MLCL+AUG", ("MLCL",)),
+    Claim("MLCL+AUG is the best setup", "MLCL+AUG", ("CE", "CE+AUX-dense", "CE+AUX-sparse", "MLCL")),
+    Claim("removing the auxiliary loss hurts (MLCL+AUG > MLCL+AUG beta=0)", "MLCL+AUG", ("MLCL+AUG beta=0",)),
+    Claim("removing the contrastive loss hurts (MLCL+AUG > MLCL+AUG gamma=0)", "MLCL+AUG", ("MLCL+AUG gamma=0",)),
+    Claim("removing the wrong-completion negatives hurts (MLCL+AUG > MLCL+AUG negatives=none)", "MLCL+AUG",
+          ("MLCL+AUG negatives=none",)),
+)
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """Outcome of one claim against one rival: accuracies in percent, difference in percentage points."""
+
+    claim: str
+    better: str
+    worse: str
+    better_accuracy: float | None
+    worse_accuracy: float | None
+    difference: float | None
+    standard_error: float | None
+    verdict: str
+
+
+def row_key(row: Table1Row) -> str:
+    """``"MLCL+AUG"`` for a main-grid row, ``"MLCL+AUG beta=0"`` for an ablation row (its ``variant`` label)."""
+    variant = row.group.get("variant")
+    return f"{row.setup} {variant}" if variant else row.setup
+
+
+def _standard_error(row: Table1Row, num_test: int) -> float:
+    if len(row.seeds) > 1 and not math.isnan(row.std):
+        return row.std / math.sqrt(len(row.seeds))
+    p = row.average / 100.0
+    return 100.0 * math.sqrt(max(p * (1 - p), 1e-12) / num_test)
+
+
+def check_claims(rows: Iterable[Table1Row], num_test: int, claims: Sequence[Claim] = CLAIMS,
+                 reference: dict[str, Table1Row] | None = None) -> list[ClaimCheck]:
+    """Check every claim on ``rows``.
+
+    Args:
+        rows: aggregated runs (``rpm_lib.results.table1``); one row per setup / ablation variant.
+        num_test: test problems per run (for the binomial error of single-seed rows).
+        claims: the claims to check.
+        reference: optional rows to use for a side instead (e.g. MLCL+AUG restricted to the ablations'
+            seed, so that an ablation is compared with the same seed).
+
+    Returns:
+        One :class:`ClaimCheck` per (claim, rival), in order.
+    """
+    by_key = {row_key(r): r for r in rows}
+    out = []
+    for claim in claims:
+        for worse in claim.worse:
+            better_row = (reference or {}).get(worse, by_key.get(claim.better))
+            worse_row = by_key.get(worse)
+            if better_row is None or worse_row is None:
+                out.append(ClaimCheck(claim.text, claim.better, worse, None, None, None, None, MISSING))
+                continue
+            diff = better_row.average - worse_row.average
+            se = math.hypot(_standard_error(better_row, num_test), _standard_error(worse_row, num_test))
+            verdict = FAILS if diff <= 0 else (HOLDS if diff > 2 * se else WEAK)
+            out.append(ClaimCheck(claim.text, claim.better, worse, better_row.average, worse_row.average, diff,
+                                  se, verdict))
+    return out
+
+
+def claims_markdown(checks: Sequence[ClaimCheck]) -> str:
+    """The checks as a Markdown table."""
+    lines = ["| claim | better | worse | acc better | acc worse | difference (pp) | 2 SE | verdict |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for c in checks:
+        if c.difference is None:
+            lines.append(f"| {c.claim} | {c.better} | {c.worse} | – | – | – | – | {c.verdict} |")
+        else:
+            lines.append(f"| {c.claim} | {c.better} | {c.worse} | {c.better_accuracy:.1f} | {c.worse_accuracy:.1f} | "
+                         f"{c.difference:+.1f} | {2 * c.standard_error:.1f} | {c.verdict} |")
+    return "\n".join(lines)

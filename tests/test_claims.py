@@ -1,0 +1,81 @@
+"""rpm_lib.claims: the paper's orderings checked on aggregated runs (synthetic run folders)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rpm_lib import claims, results
+from rpm_lib.rules import CONFIGURATIONS
+
+#: Synthetic test accuracies (fractions) per (setup or ablation variant, seed), chosen so that some claims
+#: hold clearly, one is within noise and some are reversed.
+FAKE_ACCURACY = {
+    "ce": (0.30, 0.31, 0.29),
+    "ce_aux_dense": (0.40, 0.41, 0.39),
+    "ce_aux_sparse": (0.35, 0.36, 0.34),     # below dense: "sparse > dense" does not hold
+    "mlcl": (0.50, 0.52, 0.48),
+    "mlcl_aug": (0.60, 0.61, 0.59),
+    "beta=0": (0.45,),
+    "gamma=0": (0.598,),                     # within noise of MLCL+AUG's seed 0
+    "negatives=none": (0.65,),               # better: "removing negatives hurts" does not hold
+}
+
+
+def _write_run(folder: Path, grid: str, labels: dict, parameters: dict, accuracy: float, num_test: int = 700) -> None:
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"name": folder.name, "grid": grid, "labels": labels,
+                                                 "parameters": parameters}))
+    (folder / "metrics.json").write_text(json.dumps({
+        "test_accuracy": accuracy, "test_num_samples": num_test,
+        "test_accuracy_per_configuration": {c: accuracy for c in CONFIGURATIONS}}))
+
+
+def write_fake_reproduction_batch(root: Path) -> Path:
+    """A batch folder laid out like ``configs/reproduction_cpu.yaml``'s, with FAKE_ACCURACY as results."""
+    for setup in ("ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug"):
+        for seed, acc in enumerate(FAKE_ACCURACY[setup]):
+            _write_run(root / "main" / f"setup-{setup}__seed-{seed}", "main", {"setup": setup, "seed": str(seed)},
+                       {"setup": setup, "seed": seed, "encoder": "scl"}, acc)
+    for variant in ("beta=0", "gamma=0", "negatives=none"):
+        _write_run(root / "ablation" / f"variant-{variant}__seed-0", "ablation", {"variant": variant, "seed": "0"},
+                   {"setup": "mlcl_aug", "seed": 0, "encoder": "scl"}, FAKE_ACCURACY[variant][0])
+    return root
+
+
+def _checks(tmp_path: Path) -> dict[tuple[str, str], claims.ClaimCheck]:
+    records = results.load_runs(write_fake_reproduction_batch(tmp_path))
+    main = [r for r in records if r.grid == "main"]
+    rows = results.table1(main) + results.table1([r for r in records if r.grid == "ablation"])
+    seed0 = results.table1([r for r in main if r.setup == "mlcl_aug" and r.seed == "0"])[0]
+    reference = {f"MLCL+AUG {v}": seed0 for v in ("beta=0", "gamma=0", "negatives=none")}
+    return {(c.better, c.worse): c for c in claims.check_claims(rows, 700, reference=reference)}
+
+
+def test_verdicts_follow_the_differences(tmp_path):
+    checks = _checks(tmp_path)
+    assert checks[("CE+AUX-sparse", "CE")].verdict == claims.HOLDS
+    assert checks[("CE+AUX-sparse", "CE+AUX-dense")].verdict == claims.FAILS
+    assert checks[("MLCL+AUG", "MLCL")].verdict == claims.HOLDS
+    assert checks[("MLCL+AUG", "MLCL+AUG beta=0")].verdict == claims.HOLDS
+    assert checks[("MLCL+AUG", "MLCL+AUG gamma=0")].verdict == claims.WEAK
+    assert checks[("MLCL+AUG", "MLCL+AUG negatives=none")].verdict == claims.FAILS
+
+
+def test_differences_and_standard_errors(tmp_path):
+    checks = _checks(tmp_path)
+    check = checks[("MLCL+AUG", "MLCL")]
+    assert abs(check.difference - 10.0) < 1e-9
+    # seed means: std 1.0 and 2.0 over 3 seeds -> SE of the difference sqrt(1/3 + 4/3)
+    assert abs(check.standard_error - (5 / 3) ** 0.5) < 1e-9
+    single = checks[("MLCL+AUG", "MLCL+AUG gamma=0")]
+    # one seed on each side: binomial errors over 700 test problems
+    expected = 100 * ((0.6 * 0.4 / 700) + (0.598 * 0.402 / 700)) ** 0.5
+    assert abs(single.standard_error - expected) < 1e-9
+
+
+def test_missing_rows_are_reported_not_guessed(tmp_path):
+    records = [r for r in results.load_runs(write_fake_reproduction_batch(tmp_path)) if r.setup != "mlcl"]
+    checks = claims.check_claims(results.table1([r for r in records if r.grid == "main"]), 700)
+    missing = [c for c in checks if c.verdict == claims.MISSING]
+    assert {c.worse for c in missing} >= {"MLCL", "MLCL+AUG beta=0"}
+    assert "not measured" in claims.claims_markdown(checks)
