@@ -9,7 +9,7 @@ A batch is described by a YAML file (see ``configs/table1.yaml`` and ``configs/d
     report: notebooks/06_results_table.ipynb   # optional, executed once at the end with batch_dir=<out>
     out: runs/demo                      # batch folder; one sub-folder per grid, one per run
     kernel: python3                     # optional (default python3)
-    execution_timeout: null             # optional, seconds per cell (default: none; see below)
+    execution_timeout: null             # optional seconds per cell; default none: cells run to their end
     prepare:                            # optional commands run in order before any run; a step with
       - creates: data/iraven/manifest.json   # `creates` is skipped when that path exists. `python` means
         run: [rpm-generate, --out, data/iraven, --num-per-config, "100"]   # this interpreter; console
