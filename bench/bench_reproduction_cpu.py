@@ -25,34 +25,18 @@ CONFIG = REPO / "configs" / "reproduction_cpu.yaml"
 
 
 def summarise(batch_dir: Path) -> str:
-    """Markdown: setups (mean ± std over seeds, per configuration), ablations, and the claims checked."""
-    from rpm_lib import claims, results
+    """Markdown summary (``rpm_lib.claims.report_markdown``), also written to summary.md / summary.json."""
+    from rpm_lib import claims
 
-    records = results.load_runs(batch_dir)
-    done = [r for r in records if r.status == "done"]
-    main = [r for r in done if r.grid == "main"]
-    ablation = [r for r in done if r.grid == "ablation"]
-    rows = results.table1(main)
-    ablation_rows = results.table1(ablation)
-    reference_seed = {r.seed for r in ablation} or {"0"}
-    aug_same_seed = results.table1([r for r in main if r.setup == "mlcl_aug" and r.seed in reference_seed])
-    num_test = max((int(r.metrics.get("test_num_samples", 0)) for r in done), default=0) or 700
-    reference = {f"MLCL+AUG {v}": aug_same_seed[0] for v in ("beta=0", "gamma=0", "negatives=none")} if aug_same_seed else {}
-    checks = claims.check_claims(rows + ablation_rows, num_test, reference=reference)
-    lines = [f"{len(done)} of {len(records)} runs finished ({len(main)} main, {len(ablation)} ablation); "
-             f"{num_test} test problems per run; accuracies in percent.", "",
-             "## Setups (mean ± std over seeds)", "",
-             results.table1_markdown(rows, with_paper=True), "",
-             "## MLCL+AUG ablations (seed " + ", ".join(sorted(reference_seed)) + ")", "",
-             results.table1_markdown(aug_same_seed + ablation_rows, with_paper=False), "",
-             "## The paper's claims at this scale", "", claims.claims_markdown(checks), ""]
-    text = "\n".join(lines)
+    report = claims.reproduction_report(batch_dir)
+    text = claims.report_markdown(report)
     (batch_dir / "summary.md").write_text(text)
+    rows = report.setups + report.ablations
     (batch_dir / "summary.json").write_text(json.dumps(
-        {"runs_finished": len(done), "runs": len(records), "num_test": num_test,
-         "setups": [{"setup": r.setup, "group": r.group, "seeds": r.seeds, "average": r.average, "std": r.std,
-                     "per_configuration": r.per_configuration} for r in rows + ablation_rows],
-         "claims": [c.__dict__ for c in checks]}, indent=2, default=str, allow_nan=True))
+        {"runs_finished": report.finished, "runs": report.total, "num_test": report.num_test,
+         "rows": [{"key": claims.row_key(r), "seeds": r.seeds, "average": r.average, "std": r.std,
+                   "per_configuration": r.per_configuration} for r in rows],
+         "claims": [c.__dict__ for c in report.checks]}, indent=2, default=str))
     return text
 
 

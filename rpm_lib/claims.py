@@ -122,3 +122,66 @@ def claims_markdown(checks: Sequence[ClaimCheck]) -> str:
             lines.append(f"| {c.claim} | {c.better} | {c.worse} | {c.better_accuracy:.1f} | {c.worse_accuracy:.1f} | "
                          f"{c.difference:+.1f} | {2 * c.standard_error:.1f} | {c.verdict} |")
     return "\n".join(lines)
+
+
+@dataclass
+class ReproductionReport:
+    """A ``configs/reproduction_cpu.yaml`` batch, aggregated: what ``bench_reproduction_cpu.py`` and notebook 07 show.
+
+    Attributes:
+        setups: one row per setup of the ``main`` grid (mean ± std over seeds).
+        ablations: one row per ``variant`` of the ``ablation`` grid.
+        reference: MLCL+AUG restricted to the ablations' seed(s): what each ablation is compared with.
+        checks: :func:`check_claims` on all of them.
+        num_test: test problems per run.
+        finished, total: run counts; ``seed_values``: row key -> per-seed average accuracies (percent).
+    """
+
+    setups: list[Table1Row]
+    ablations: list[Table1Row]
+    reference: list[Table1Row]
+    checks: list[ClaimCheck]
+    num_test: int
+    finished: int
+    total: int
+    seed_values: dict[str, list[float]]
+
+
+#: Ablation variants of ``configs/reproduction_cpu.yaml`` (labels of its ``variant`` axis).
+ABLATION_VARIANTS: tuple[str, ...] = ("beta=0", "gamma=0", "negatives=none")
+
+
+def reproduction_report(batch_dir) -> ReproductionReport:
+    """Aggregate the finished runs of a reproduction batch folder (grids ``main`` and ``ablation``)."""
+    from rpm_lib import results
+
+    records = results.load_runs(batch_dir)
+    done = [r for r in records if r.status == "done"]
+    main = [r for r in done if r.grid == "main"]
+    ablation = [r for r in done if r.grid == "ablation"]
+    ablation_seeds = {r.seed for r in ablation} or {"0"}
+    setups, ablations = results.table1(main), results.table1(ablation)
+    reference = results.table1([r for r in main if r.setup == "mlcl_aug" and r.seed in ablation_seeds])
+    num_test = max((int(r.metrics.get("test_num_samples", 0)) for r in done), default=0) or 1
+    by_variant = {f"MLCL+AUG {v}": reference[0] for v in ABLATION_VARIANTS} if reference else {}
+    seed_values: dict[str, list[float]] = {}
+    for record in main + ablation:
+        key = row_key(results.table1([record])[0])
+        seed_values.setdefault(key, []).append(results.run_accuracies(record.metrics)["Average"])
+    return ReproductionReport(setups, ablations, reference,
+                              check_claims(setups + ablations, num_test, reference=by_variant), num_test,
+                              len(done), len(records), seed_values)
+
+
+def report_markdown(report: ReproductionReport) -> str:
+    """The report as Markdown: setups beside the paper, ablations, claims."""
+    from rpm_lib import results
+
+    seeds = ", ".join(sorted({s for row in report.reference for s in row.seeds})) or "–"
+    return "\n".join([
+        f"{report.finished} of {report.total} runs finished; {report.num_test} test problems per run; "
+        "accuracies in percent.", "",
+        "### Setups (mean ± std over seeds)", "", results.table1_markdown(report.setups, with_paper=True), "",
+        f"### MLCL+AUG ablations (seed {seeds})", "",
+        results.table1_markdown(report.reference + report.ablations, with_paper=False), "",
+        "### The paper's claims at this scale", "", claims_markdown(report.checks), ""])

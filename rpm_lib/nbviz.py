@@ -511,7 +511,7 @@ def plot_setup_accuracies(rows: Sequence[Any], seed_values: Mapping[str, Sequenc
     ax.barh(y, [r.average for r in rows], xerr=errs, capsize=3, color="#4c72b0", alpha=0.8)
     for yi, key in zip(y, keys):
         values = (seed_values or {}).get(key, [])
-        ax.plot(values, [yi] * len(values), "k.", ms=5)
+        ax.plot(values, [yi] * len(values), "o", color="#dd8452", ms=4, zorder=3)
     ax.axvline(CHANCE_PERCENT, color="grey", ls="--", lw=1, label="chance (12.5 %)")
     ax.set_yticks(y, keys, fontsize=8)
     ax.set_xlabel("average test accuracy (%)")

@@ -184,7 +184,7 @@ def test_07_reproduction_cpu(tmp_path):
 
     batch_dir = write_fake_reproduction_batch(tmp_path / "batch")
     nb = _execute("07_reproduction_cpu.ipynb", tmp_path, batch_dir=str(batch_dir))
-    assert "18 finished runs: 15 main, 3 ablation" in _stream_text(nb)
+    assert "18 finished runs of 18" in _stream_text(nb)
     figures = tmp_path / "figures"
     assert {"reproduction_cpu.png", "claims.md"} <= {p.name for p in figures.iterdir()}
     claims_table = (figures / "claims.md").read_text()
