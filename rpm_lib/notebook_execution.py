@@ -22,10 +22,14 @@ which differs from papermill's default ``nbclient`` engine in two places (see ``
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
+import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 #: Seconds to wait for the ``kernel_info_reply`` after the last cell (it only fills metadata).
@@ -58,13 +62,17 @@ def _short_runtime_dir() -> str:
 
 def _engine_classes():
     """Build (client, engine) classes lazily: papermill / nbclient take ~2 s to import."""
-    from nbclient.util import run_sync
+    from nbclient.client import timestamp
+    from nbclient.exceptions import CellTimeoutError
+    from nbclient.util import ensure_async, run_sync
     from papermill.clientwrap import PapermillNotebookClient
     from papermill.engines import NBClientEngine
+    from papermill.log import logger
     from papermill.utils import merge_kwargs, remove_args
+    from traitlets.config import Config
 
     class RpmNotebookClient(PapermillNotebookClient):
-        """papermill's client with a bounded wait for the final ``kernel_info_reply``."""
+        """papermill's client without unbounded waits on replies once the kernel is done (module docstring)."""
 
         def execute(self, **kwargs: Any):
             self.reset_execution_trackers()
@@ -82,13 +90,6 @@ def _engine_classes():
 
         async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive):
             """nbclient's wait for ``execute_reply``, bounded once the cell is known to be finished."""
-            import asyncio
-            import time
-            from queue import Empty
-
-            from nbclient.exceptions import CellTimeoutError
-            from nbclient.util import ensure_async
-
             if timeout is not None:  # an explicit per-cell limit: nbclient's own handling
                 return await super()._async_poll_for_reply(msg_id, cell, timeout, task_poll_output_msg,
                                                            task_poll_kernel_alive)
@@ -110,8 +111,6 @@ def _engine_classes():
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 if self.record_timing:
-                    from nbclient.client import timestamp
-
                     cell["metadata"]["execution"]["shell.execute_reply"] = timestamp(msg)
                 try:
                     await asyncio.wait_for(task_poll_output_msg, self.iopub_timeout)
@@ -126,11 +125,6 @@ def _engine_classes():
 
         async def _kernel_info_or_none(self) -> dict | None:
             """The ``kernel_info_reply``, or None when none arrives within ``KERNEL_INFO_TIMEOUT`` s."""
-            import time
-            from queue import Empty
-
-            from nbclient.util import ensure_async
-
             msg_id = await ensure_async(self.kc.kernel_info())
             deadline = time.monotonic() + KERNEL_INFO_TIMEOUT
             while (left := deadline - time.monotonic()) > 0:
@@ -150,12 +144,8 @@ def _engine_classes():
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
                                      stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
-            from traitlets.config import Config
-
             kwargs = remove_args(["input_path"], **kwargs)
             safe_kwargs = remove_args(["timeout", "startup_timeout"], **kwargs)
-            import uuid
-
             transport = os.environ.get("RPM_LIB_KERNEL_TRANSPORT", DEFAULT_TRANSPORT)
             settings: dict[str, Any] = {"transport": transport}
             if transport == "ipc":
@@ -170,7 +160,7 @@ def _engine_classes():
                 timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
                 startup_timeout=start_timeout,
                 kernel_name=kernel_name,
-                log=__import__("papermill.log", fromlist=["logger"]).logger,
+                log=logger,
                 log_output=log_output,
                 stdout_file=stdout_file,
                 stderr_file=stderr_file,
