@@ -156,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(step if step is not None else args.max_steps + 1)
             print(f"batch {batch_size} seed {seed}: {step if step is not None else f'> {args.max_steps}'}", flush=True)
         never = sum(r > args.max_steps for r in results)
-        print(f"| {label} | batch {batch_size} | median {statistics.median(results):.0f} | worst "
+        median = statistics.median(results)
+        median_text = f"> {args.max_steps}" if median > args.max_steps else f"{median:.0f}"
+        print(f"| {label} | batch {batch_size} | median {median_text} | worst "
               f"{'> ' + str(args.max_steps) if never else max(results)} | never {never}/{len(results)} | "
               f"{(time.perf_counter() - began) / 60:.1f} min |", flush=True)
     return 0

@@ -50,7 +50,7 @@ def test_kernels_start_without_the_tcp_warning(tmp_path):
               f"execute_notebook({str(template)!r}, {str(tmp_path / 'out.ipynb')!r}, {{'value': 1}})\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "without encryption" not in done.stderr and "WARNING" not in done.stderr, done.stderr
+    assert "without encryption" not in done.stderr and "[IPKernelApp] WARNING" not in done.stderr, done.stderr
     executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
     assert executed.cells[-1].outputs[0]["text"] == "hello 1\n"
 
