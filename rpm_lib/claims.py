@@ -67,10 +67,13 @@ class ClaimCheck:
     verdict: str
 
 
+def _key(setup: str, variant: str | None) -> str:
+    return f"{setup} {variant}" if variant else setup
+
+
 def row_key(row: Table1Row) -> str:
     """``"MLCL+AUG"`` for a main-grid row, ``"MLCL+AUG beta=0"`` for an ablation row (its ``variant`` label)."""
-    variant = row.group.get("variant")
-    return f"{row.setup} {variant}" if variant else row.setup
+    return _key(row.setup, row.group.get("variant"))
 
 
 def _standard_error(row: Table1Row, num_test: int) -> float:
@@ -166,7 +169,7 @@ def reproduction_report(batch_dir) -> ReproductionReport:
     by_variant = {f"MLCL+AUG {v}": reference[0] for v in ABLATION_VARIANTS} if reference else {}
     seed_values: dict[str, list[float]] = {}
     for record in main + ablation:
-        key = row_key(results.table1([record])[0])
+        key = _key(results.canonical_setup(record.setup), record.labels.get("variant"))
         seed_values.setdefault(key, []).append(results.run_accuracies(record.metrics)["Average"])
     return ReproductionReport(setups, ablations, reference,
                               check_claims(setups + ablations, num_test, reference=by_variant), num_test,
