@@ -1,1 +1,1 @@
-"""The built-in RAVEN / I-RAVEN generator (see ``../shared/docs/raven-pgm-data-spec.md``-derived docs in README)."""
+"""The built-in RAVEN / I-RAVEN generator (file formats and sampling rules: ``data_README.md``)."""
