@@ -105,8 +105,14 @@ _ENCODER_BY_SQUASHED = {_squash(k): v for k, v in ENCODER_NAMES.items()}
 
 
 def canonical_setup(name: str) -> str:
-    """The paper's spelling of a setup name (``"mlcl_aug"`` -> ``"MLCL+AUG"``); unknown names are returned as is."""
-    return _SETUP_BY_SQUASHED.get(_squash(name), name)
+    """The paper's spelling of a setup name (``"mlcl_aug"`` -> ``"MLCL+AUG"``); unknown names are returned as is.
+
+    A fine-tuned variant keeps its suffix (``"mlcl_aug_ft"`` -> ``"MLCL+AUG+FT"``): it is not a Table 1 row.
+    """
+    squashed = _squash(name)
+    if squashed.endswith("ft") and squashed[:-2] in _SETUP_BY_SQUASHED:
+        return _SETUP_BY_SQUASHED[squashed[:-2]] + "+FT"
+    return _SETUP_BY_SQUASHED.get(squashed, name)
 
 
 def canonical_encoder(name: str) -> str:

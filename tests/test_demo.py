@@ -15,7 +15,7 @@ def test_quick_demo_runs_every_step_and_indexes_its_outputs(tmp_path, capsys):
     assert demo.main(argv) == 0
 
     runs = sorted(p.parent.name for p in (out / "batch").glob("*/*/metrics.json"))
-    assert runs == ["setup-ce__seed-0", "setup-mlcl_aug__seed-0"]
+    assert runs == ["setup-ce__seed-0", "setup-mlcl_aug_ft__seed-0"]
     for run in (out / "batch" / "main").iterdir():
         for notebook in ("03_train.ipynb", "04_evaluate.ipynb", "05_rule_predictions.ipynb"):
             executed = json.loads((run / notebook).read_text())
@@ -28,7 +28,7 @@ def test_quick_demo_runs_every_step_and_indexes_its_outputs(tmp_path, capsys):
 
     index = (out / "index.md").read_text()
     for listed in ("gallery.png", "explore/02_augmentations.ipynb", "batch/main/setup-ce__seed-0/metrics.json",
-                   "batch/table1.md", "| scl | MLCL+AUG |"):
+                   "batch/table1.md", "| scl | MLCL+AUG+FT |"):
         assert listed in index
     linked = [line.split("](", 1)[1].rstrip(")") for line in index.splitlines() if line.startswith("- [")]
     assert linked and all((out / path).is_file() for path in linked)

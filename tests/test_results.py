@@ -51,6 +51,9 @@ def test_canonical_names_and_paper_lookup():
     assert results.canonical_setup("mlcl_aug") == "MLCL+AUG"
     assert results.canonical_setup("ce_aux_dense") == "CE+AUX-dense"
     assert results.canonical_setup("other") == "other"
+    assert results.canonical_setup("mlcl_aug_ft") == "MLCL+AUG+FT"  # fine-tuned: not a Table 1 row
+    assert results.paper_row("scl", "mlcl_aug_ft") is None
+    assert results.canonical_setup("left") == "left"
     assert results.canonical_encoder("copinet") == "CoPINet"
     row = results.paper_row("scl", "mlcl_aug")
     assert row is not None and row.average == 96.8 and row.per_configuration["3x3Grid"] == 93.8

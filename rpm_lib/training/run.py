@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning, read_history
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule, rule_dim
 from rpm_lib.training.evaluation import predict, summarize
@@ -196,6 +196,7 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
         "epochs": epochs,
         "global_step": steps,
         "best_val_loss": None if score is None else float(score),
+        "best_val_accuracy": _best_epoch_accuracy(run_dir, plan.name),
         "stopped_early": bool(stopped_epoch > 0),
         "weights": str(weights.relative_to(run_dir)) if weights.is_relative_to(run_dir) else str(weights),
         "lr": plan.lr,
@@ -203,6 +204,20 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
         "wall_time_s": round(time.perf_counter() - began, 3),
     }
     return trainer, summary
+
+
+def _best_epoch_accuracy(run_dir: Path, stage: str) -> float | None:
+    """Validation accuracy (fraction) of ``stage``'s epoch with the lowest validation loss, from ``history.csv``.
+
+    ``None`` when the stage has no answer accuracy (pre-training) or no history. With several stages that train
+    the scoring head (linear evaluation, then fine-tuning) this keeps each stage's own result in ``metrics.json``.
+    """
+    rows = [r for r in read_history(run_dir / "history.csv")
+            if r.get("stage") == stage and r.get("val_loss") and r.get("val_accuracy")]
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: float(r["val_loss"]))
+    return float(best["val_accuracy"])
 
 
 def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
@@ -239,7 +254,9 @@ def _evaluate(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule,
               run_dir: Path) -> dict[str, Any]:
     device = _eval_device(config, trainer)
     precision = resolve_precision(config)
-    metrics: dict[str, Any] = {"setup": config.setup, "setup_label": SETUPS[config.setup].label,
+    # A fine-tuned run is not the paper's linear evaluation: its label says so (Table 1 rows stay linear-eval).
+    label = SETUPS[config.setup].label + ("+FT" if config.finetune else "")
+    metrics: dict[str, Any] = {"setup": config.setup, "setup_label": label,
                                "encoder": config.encoder, "dataset": config.dataset}
     for split in ("val", "test"):
         limit = config.limit_test_batches if split == "test" else config.limit_val_batches

@@ -15,6 +15,7 @@ import torch
 
 from rpm_lib.encoders import list_encoders
 from rpm_lib.training import cli
+from rpm_lib.training.callbacks import read_history
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.run import train
 from rpm_lib.training.setups import SETUPS
@@ -215,10 +216,18 @@ class _ParameterWatch(L.Callback):
 
 def test_finetune_stage_trains_the_encoder(tiny_config: Callable[..., TrainConfig]) -> None:
     watch = _ParameterWatch()
-    metrics = train(tiny_config(setup="mlcl", finetune=True), callbacks=[watch])
+    config = tiny_config(setup="mlcl", finetune=True)
+    metrics = train(config, callbacks=[watch])
     assert [s["name"] for s in metrics["stages"]] == ["pretrain", "linear", "finetune"]
     assert metrics["stages"][2]["lr"] == 3e-4
     assert not torch.equal(watch.encoder["start"], watch.encoder["end"])
+    # A fine-tuned run says so, and keeps the linear-evaluation result of its own stage.
+    assert metrics["setup_label"] == "MLCL+FT"
+    history = [r for r in read_history(Path(config.run_dir) / "history.csv") if r["stage"] == "linear"]
+    best = min(history, key=lambda r: float(r["val_loss"]))
+    assert metrics["stages"][0]["best_val_accuracy"] is None  # pre-training has no answer accuracy
+    assert metrics["stages"][1]["best_val_accuracy"] == pytest.approx(float(best["val_accuracy"]))
+    assert 0.0 <= metrics["stages"][2]["best_val_accuracy"] <= 1.0
 
 
 def test_worker_processes_do_not_change_the_numbers(tiny_config: Callable[..., TrainConfig], tmp_path: Path) -> None:
