@@ -10,7 +10,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: install test demo bench clean-venv dev
+.PHONY: install test demo bench clean-venv dev device-wheels
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ bench: $(STAMP)
 	$(PY) bench/bench_data.py
 	$(PY) bench/bench_generate.py
 	$(PY) bench/bench_models.py
+
+# Wheels a GPU machine without network needs (everything rpm_lib uses beyond its image), into .device/wheels.
+device-wheels: $(STAMP)
+	$(PY) bench/device_wheels.py --out .device/wheels
 
 clean-venv:
 	rm -rf $(VENV)
