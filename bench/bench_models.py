@@ -19,6 +19,7 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -52,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--no-amp", action="store_true", help="CUDA: run in fp32 instead of bf16 autocast")
     parser.add_argument("--no-channels-last", action="store_true", help="CUDA: keep contiguous NCHW")
+    parser.add_argument("--compile", action="store_true", help="wrap encoder + head in torch.compile")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -73,12 +76,13 @@ def bench_encoder(name: str, args: argparse.Namespace, device: torch.device) -> 
         panels = panels.contiguous(memory_format=torch.channels_last)
     target = torch.randint(0, 8, (args.batch_size,), generator=generator).to(device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_cuda and not args.no_amp else nullcontext()
+    model = torch.nn.Sequential(encoder, head)
+    forward = torch.compile(model) if args.compile else model
 
     def step() -> None:
-        encoder.zero_grad(set_to_none=True)
-        head.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         with autocast:
-            loss = answer_cross_entropy(head(encoder(panels)).float(), target)
+            loss = answer_cross_entropy(forward(panels).float(), target)
         loss.backward()
 
     for _ in range(args.warmup):
@@ -117,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         hardware = f"{torch.cuda.get_device_name(device)}, {precision}, {layout}"
     else:
         hardware = f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads {torch.get_num_threads()}"
+    if args.compile:
+        hardware += ", torch.compile"
     print(f"## Encoder forward+backward throughput: batch {args.batch_size}, {args.image_size} px, {hardware}\n")
     print("| encoder | parameters | D | ms / step | RPMs / s |")
     print("|---|---:|---:|---:|---:|")
@@ -127,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntorch {torch.__version__}, torch threads {torch.get_num_threads()}, "
           f"{args.warmup} warm-up + {args.steps} timed steps per encoder")
     print("command: " + shlex.join([sys.executable, *sys.argv]))
+    if args.json:
+        import json
+
+        rows = [{"encoder": r.name, "parameters": r.parameters, "embedding_dim": r.embedding_dim,
+                 "ms_per_step": 1000 * r.seconds_per_step, "rpms_per_s": r.rpms_per_second,
+                 "batch_size": r.batch_size, "hardware": hardware} for r in results]
+        Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 

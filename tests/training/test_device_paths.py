@@ -1,0 +1,116 @@
+"""The accelerator code paths, on the device ``bench/device_check.sh`` runs them on.
+
+Marked ``gpu``: the device check runs ``pytest -m gpu`` on the GPU machine. The device is ``RPM_TEST_DEVICE``
+(``cuda`` / ``cpu``), by default CUDA when present and the CPU otherwise, so every path also runs in
+``make test`` (there bf16 autocast runs on the CPU: same code, different kernels).
+
+Tolerances: fp32 encoder outputs and gradients on the device equal the CPU's within 1e-3 relative to the
+largest magnitude (TF32 off; cuDNN picks other convolution algorithms, so bit equality is not expected);
+the MLCL loss under bf16 autocast equals the fp32 loss within 1e-5 (the loss disables autocast inside);
+channels_last equals contiguous within 1e-4 relative.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rpm_lib.encoders import create_encoder, list_encoders
+from rpm_lib.losses import mlcl_loss
+from rpm_lib.training.config import TrainConfig
+from rpm_lib.training.run import resolve_precision, train
+from rpm_lib.training.setups import SETUPS
+
+pytestmark = pytest.mark.gpu
+
+
+def _device() -> torch.device:
+    name = os.environ.get("RPM_TEST_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+DEVICE = _device()
+ACCELERATOR = "gpu" if DEVICE.type == "cuda" else "cpu"
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).abs().max() / b.double().abs().max().clamp(min=1e-12))
+
+
+@pytest.fixture(autouse=True)
+def no_tf32():
+    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
+
+
+@pytest.mark.parametrize("name", list_encoders())
+def test_encoder_forward_and_backward_on_the_device_equal_the_cpu(name: str) -> None:
+    torch.manual_seed(0)
+    cpu = create_encoder(name, image_size=32).eval()  # eval: BatchNorm uses its running statistics on both
+    device = create_encoder(name, image_size=32).eval()
+    device.load_state_dict(cpu.state_dict())
+    device.to(DEVICE)
+    x = torch.rand(2, 16, 32, 32, generator=torch.Generator().manual_seed(1))
+    out_cpu = cpu(x)
+    out_device = device(x.to(DEVICE))
+    assert _relative_error(out_device.cpu(), out_cpu) < 1e-3
+    out_cpu.square().mean().backward()
+    out_device.square().mean().backward()
+    for (pname, p_cpu), p_device in zip(cpu.named_parameters(), device.parameters()):
+        if p_cpu.grad is not None and p_cpu.grad.abs().max() > 0:
+            assert _relative_error(p_device.grad.cpu(), p_cpu.grad) < 1e-3, pname
+
+
+@pytest.mark.parametrize("name", list_encoders())
+def test_channels_last_equals_contiguous(name: str) -> None:
+    torch.manual_seed(0)
+    encoder = create_encoder(name, image_size=32).eval().to(DEVICE)
+    x = torch.rand(2, 16, 32, 32, device=DEVICE)
+    reference = encoder(x)
+    encoder = encoder.to(memory_format=torch.channels_last)
+    assert _relative_error(encoder(x.contiguous(memory_format=torch.channels_last)), reference) < 1e-4
+
+
+def test_mlcl_loss_under_autocast_equals_fp32() -> None:
+    generator = torch.Generator().manual_seed(0)
+    z = torch.randn(16, 128, generator=generator).to(DEVICE)
+    z_neg = torch.randn(16, 7, 128, generator=generator).to(DEVICE)
+    rules = (torch.rand(16, 38, generator=generator) < 0.15).float().to(DEVICE)
+    reference = mlcl_loss(z, z_neg, rules)
+    with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
+        mixed = mlcl_loss(z, z_neg, rules)
+    assert mixed.dtype == torch.float32
+    assert abs(float(mixed) - float(reference)) < 1e-5
+
+
+def test_precision_auto_picks_bf16_on_cuda_and_fp32_on_cpu() -> None:
+    config = TrainConfig(accelerator="auto", precision="auto")
+    expected = "bf16-mixed" if DEVICE.type == "cuda" and torch.cuda.is_bf16_supported() else "32-true"
+    if DEVICE.type == "cpu" and torch.cuda.is_available():
+        pytest.skip("RPM_TEST_DEVICE=cpu on a CUDA machine: 'auto' resolves to the GPU")
+    assert resolve_precision(config) == expected
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_one_bf16_mixed_step_of_each_setup_is_finite(tiny_config: Callable[..., TrainConfig], setup: str) -> None:
+    config = tiny_config(setup=setup, accelerator=ACCELERATOR, devices=1, precision="bf16-mixed", max_steps=1)
+    metrics = train(config)
+    assert all(math.isfinite(stage["best_val_loss"]) for stage in metrics["stages"])
+    assert math.isfinite(metrics["test_loss"])
+    predictions = np.load(Path(config.run_dir) / "predictions.npz")
+    assert np.isfinite(predictions["scores"]).all()
+
+
+def test_one_process_ddp_run(tiny_config: Callable[..., TrainConfig]) -> None:
+    # NCCL on CUDA, gloo on the CPU: Lightning picks the backend from the accelerator.
+    config = tiny_config(setup="mlcl", accelerator=ACCELERATOR, devices=1, strategy="ddp", max_steps=1)
+    metrics = train(config)
+    assert [s["name"] for s in metrics["stages"]] == ["pretrain", "linear"]
+    assert math.isfinite(metrics["test_loss"])
