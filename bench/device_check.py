@@ -1,0 +1,376 @@
+"""One-command GPU verification (run through ``bench/device_check.sh``), or its CPU dry run.
+
+Parts, in order, each with its own time budget (sized for one H100; the sum stays within 9 minutes with the
+wheel install); a part that fails or runs out of time is reported and the next one runs:
+
+==================  ======  ==========================================================================
+part                budget  what
+==================  ======  ==========================================================================
+environment            10 s versions of python / torch / lightning / numpy, the GPU's name and memory
+gpu_tests              75 s ``pytest -m gpu`` (tests/training/test_device_paths.py) on the device
+encoders               45 s ``bench_models.py`` every encoder, batch 128, 80 px, bf16 autocast + channels_last
+encoders_compiled     100 s the same under ``torch.compile``
+generate_cache         60 s 70,000 I-RAVEN problems with 16 workers, then the 80 px cache (timed)
+train_ce_aux_sparse   110 s SCL CE+AUX-sparse, bf16, batch 128, lr 0.002, 14 workers, for a fixed wall budget
+train_mlcl_aug        110 s SCL MLCL+AUG (pre-training 80 %, linear evaluation 20 % of the budget)
+batch                  60 s a 2-run ``rpm-batch`` grid through papermill on the device
+==================  ======  ==========================================================================
+
+Training parts report epochs done, RPMs/s, the GPU's utilisation (NVML, sampled every 0.5 s), the fraction of
+each step the GPU waited for data (time blocked in the data loader after the previous step finished on the
+GPU), test accuracy per configuration, and for MLCL+AUG the time a 100-epoch run on 42,000 problems would take.
+
+    bash bench/device_check.sh                     # on the GPU machine: writes $OUT/device_report.{md,json}
+    bash bench/device_check.sh --cpu-dry-run       # here: tiny sizes, CPU, same parts, same report
+
+Writes ``device_report.md`` and ``device_report.json`` into ``--out`` (default ``$OUT``, else
+``runs/device_check``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# sizes
+# ----------------------------------------------------------------------------------------------
+def sizes(dry_run: bool) -> dict[str, Any]:
+    """Every size the parts use: the GPU run's, or the CPU dry run's (same parts, tiny numbers)."""
+    if dry_run:
+        return {"device": "cpu", "batch": 4, "image": 32, "bench_steps": 1, "bench_warmup": 1, "per_config": 10,
+                "workers": 2, "loader_workers": 0, "train_budget_s": 8.0, "precision": "32-true", "max_epochs": 2,
+                # the same code with fewer items: torch.compile of one encoder, the cheap half of the gpu tests
+                "compile_encoders": ["scl"], "gpu_test_filter": "autocast or precision or channels_last",
+                "budgets": {"environment": 10, "gpu_tests": 300, "encoders": 120, "encoders_compiled": 240,
+                            "generate_cache": 120, "train_ce_aux_sparse": 120, "train_mlcl_aug": 120, "batch": 300}}
+    return {"device": "cuda", "batch": 128, "image": 80, "bench_steps": 10, "bench_warmup": 3, "per_config": 10000,
+            "workers": 16, "loader_workers": 14, "train_budget_s": 100.0, "precision": "bf16-mixed", "max_epochs": 100,
+            "compile_encoders": None, "gpu_test_filter": None,
+            "budgets": {"environment": 10, "gpu_tests": 75, "encoders": 45, "encoders_compiled": 100,
+                        "generate_cache": 60, "train_ce_aux_sparse": 110, "train_mlcl_aug": 110, "batch": 60}}
+
+
+# ----------------------------------------------------------------------------------------------
+# parts
+# ----------------------------------------------------------------------------------------------
+def _run(command: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path = REPO) -> dict[str, Any]:
+    """Run ``command``; its status, wall time and the tail of its output (never raises)."""
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        status = "pass" if done.returncode == 0 else "fail"
+        output = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as timeout_error:
+        status = "timeout"
+        output = (timeout_error.stdout or b"").decode(errors="replace") if isinstance(timeout_error.stdout, bytes) \
+            else (timeout_error.stdout or "")
+    return {"status": status, "seconds": round(time.perf_counter() - began, 1), "command": shlex.join(command),
+            "output_tail": output[-3000:]}
+
+
+def part_environment(ctx: dict[str, Any]) -> dict[str, Any]:
+    import lightning
+    import numpy
+    import torch
+
+    info: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
+                            "lightning": lightning.__version__, "numpy": numpy.__version__,
+                            "cuda_available": torch.cuda.is_available(), "cpus": os.cpu_count()}
+    for name in ("albumentations", "papermill", "nbclient", "ipykernel", "cv2"):
+        try:
+            info[name] = __import__(name).__version__
+        except Exception as error:  # a missing package is a finding, not a crash
+            info[name] = f"missing ({type(error).__name__})"
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    cuda=torch.version.cuda, bf16=torch.cuda.is_bf16_supported())
+    status = "pass" if ctx["dry_run"] or torch.cuda.is_available() else "fail"
+    return {"status": status, "numbers": info}
+
+
+def part_gpu_tests(ctx: dict[str, Any]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+               "tests/training/test_device_paths.py"]
+    if ctx["sizes"]["gpu_test_filter"]:
+        command += ["-k", ctx["sizes"]["gpu_test_filter"]]
+    result = _run(command, ctx["budget"], env={"RPM_TEST_DEVICE": ctx["sizes"]["device"]})
+    summary = [line for line in result["output_tail"].splitlines() if " passed" in line or " failed" in line]
+    result["numbers"] = {"summary": summary[-1] if summary else None}
+    return result
+
+
+def _encoders(ctx: dict[str, Any], compiled: bool) -> dict[str, Any]:
+    s = ctx["sizes"]
+    out = ctx["out"] / ("encoders_compiled.json" if compiled else "encoders.json")
+    command = [sys.executable, "bench/bench_models.py", "--device", s["device"], "--batch-size", str(s["batch"]),
+               "--image-size", str(s["image"]), "--steps", str(s["bench_steps"]), "--warmup", str(s["bench_warmup"]),
+               "--json", str(out)] + (["--compile"] if compiled else [])
+    if compiled and s["compile_encoders"]:
+        command += ["--encoders", *s["compile_encoders"]]
+    result = _run(command, ctx["budget"])
+    if out.is_file():
+        result["numbers"] = {row["encoder"]: round(row["rpms_per_s"], 1) for row in json.loads(out.read_text())}
+    return result
+
+
+def part_encoders(ctx: dict[str, Any]) -> dict[str, Any]:
+    return _encoders(ctx, compiled=False)
+
+
+def part_encoders_compiled(ctx: dict[str, Any]) -> dict[str, Any]:
+    return _encoders(ctx, compiled=True)
+
+
+def part_generate_cache(ctx: dict[str, Any]) -> dict[str, Any]:
+    s = ctx["sizes"]
+    raw, cache = ctx["work"] / "iraven", ctx["work"] / f"iraven-{s['image']}"
+    began = time.perf_counter()
+    generate = _run(["rpm-generate", "--out", str(raw), "--num-per-config", str(s["per_config"]), "--seed", "1234",
+                     "--workers", str(s["workers"]), "--quiet"], ctx["budget"])
+    generated = time.perf_counter() - began
+    if generate["status"] != "pass":
+        return generate
+    left = max(1.0, ctx["budget"] - generated)
+    prepare = _run(["rpm-data", "prepare", str(raw), "--out", str(cache), "--size", str(s["image"]),
+                    "--workers", str(s["workers"]), "--no-progress"], left)
+    problems = 7 * s["per_config"]
+    ctx["cache"] = cache if prepare["status"] == "pass" else None
+    return {"status": prepare["status"], "seconds": round(time.perf_counter() - began, 1),
+            "command": generate["command"] + " && " + prepare["command"], "output_tail": prepare["output_tail"],
+            "numbers": {"problems": problems, "generate_s": round(generated, 1),
+                        "generate_per_s": round(problems / generated, 1), "cache_s": prepare["seconds"]}}
+
+
+def _train(ctx: dict[str, Any], setup: str) -> dict[str, Any]:
+    if ctx.get("cache") is None:
+        return {"status": "skipped", "numbers": {"reason": "no cache (generate_cache did not pass)"}}
+    s = ctx["sizes"]
+    report = ctx["out"] / f"train_{setup}.json"
+    command = [sys.executable, "bench/device_check.py", "--train-part", setup, "--data", str(ctx["cache"]),
+               "--json", str(report), "--out", str(ctx["work"])] + (["--cpu-dry-run"] if ctx["dry_run"] else [])
+    result = _run(command, ctx["budget"])
+    if report.is_file():
+        result["numbers"] = json.loads(report.read_text())
+    return result
+
+
+def part_train_ce_aux_sparse(ctx: dict[str, Any]) -> dict[str, Any]:
+    return _train(ctx, "ce_aux_sparse")
+
+
+def part_train_mlcl_aug(ctx: dict[str, Any]) -> dict[str, Any]:
+    return _train(ctx, "mlcl_aug")
+
+
+def part_batch(ctx: dict[str, Any]) -> dict[str, Any]:
+    if ctx.get("cache") is None:
+        return {"status": "skipped", "numbers": {"reason": "no cache (generate_cache did not pass)"}}
+    s = ctx["sizes"]
+    batch_yaml = ctx["work"] / "device_batch.yaml"
+    batch_yaml.write_text(json.dumps({
+        "name": "device_check", "template": "notebooks/03_train.ipynb", "out": str(ctx["work"] / "batch"),
+        "fixed": {"dataset": "iraven", "data_root": str(ctx["cache"]), "image_size": s["image"], "encoder": "scl",
+                  "setup": "ce", "batch_size": s["batch"], "max_epochs": 1, "max_steps": 5, "accelerator": "auto",
+                  "precision": "auto", "devices": 1, "num_workers": 0, "progress_bar": False,
+                  "max_val_samples": 64, "max_test_samples": 64},
+        "grids": [{"name": "main", "axes": {"seed": [0, 1]}}],
+    }))  # JSON is YAML
+    result = _run(["rpm-batch", str(batch_yaml), "--jobs", "1"], ctx["budget"])
+    finished = sorted(p.parent.name for p in (ctx["work"] / "batch").glob("*/*/metrics.json"))
+    result["numbers"] = {"runs_finished": finished}
+    if result["status"] == "pass" and len(finished) != 2:
+        result["status"] = "fail"
+    return result
+
+
+PARTS = ("environment", "gpu_tests", "encoders", "encoders_compiled", "generate_cache", "train_ce_aux_sparse",
+         "train_mlcl_aug", "batch")
+
+
+# ----------------------------------------------------------------------------------------------
+# the training part (a subprocess of its own)
+# ----------------------------------------------------------------------------------------------
+class _Meter:
+    """Lightning callback: stops each stage after its wall budget, and measures data waits and throughput."""
+
+    def __init__(self, budgets: dict[str, float], cuda: bool) -> None:
+        import lightning as L
+
+        meter = self
+
+        class Callback(L.Callback):
+            def on_train_start(self, trainer, pl_module):
+                meter.stage_began = time.perf_counter()
+                meter.last_end = None
+
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                now = time.perf_counter()
+                if meter.last_end is not None:
+                    meter.wait_s += now - meter.last_end
+                    meter.step_s += now - meter.last_end
+                meter.batch_began = now
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                if cuda:
+                    import torch
+
+                    torch.cuda.synchronize()  # the step is over on the GPU, so what follows is data waiting
+                now = time.perf_counter()
+                meter.step_s += now - meter.batch_began
+                meter.last_end = now
+                stage = pl_module.plan.name
+                views = batch["panels"].shape[1] if batch["panels"].ndim == 5 else 1
+                meter.rpms[stage] = meter.rpms.get(stage, 0) + int(batch["target"].shape[0])
+                meter.seconds[stage] = meter.seconds.get(stage, 0.0) + (now - meter.batch_began)
+                meter.views[stage] = views
+                if now - meter.stage_began > budgets.get(stage, float("inf")):
+                    trainer.should_stop = True
+
+        self.callback = Callback()
+        self.wait_s = self.step_s = 0.0
+        self.rpms: dict[str, int] = {}
+        self.seconds: dict[str, float] = {}
+        self.views: dict[str, int] = {}
+        self.stage_began = self.batch_began = 0.0
+        self.last_end: float | None = None
+
+
+def _gpu_sampler(samples: list[int], stop: threading.Event) -> None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        while not stop.wait(0.5):
+            samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+    except Exception:
+        return
+
+
+def train_part(setup: str, data: str, out: Path, dry_run: bool) -> dict[str, Any]:
+    """Train SCL ``setup`` for the wall budget on ``data``; the numbers for the report."""
+    import torch
+
+    from rpm_lib.training.config import TrainConfig
+    from rpm_lib.training.run import train
+
+    s = sizes(dry_run)
+    cuda = torch.cuda.is_available() and not dry_run
+    budget = s["train_budget_s"]
+    budgets = {"supervised": budget} if setup != "mlcl_aug" else {"pretrain": 0.8 * budget, "linear": 0.2 * budget}
+    config = TrainConfig(dataset="iraven", data_root=data, image_size=s["image"], encoder="scl", setup=setup,
+                         batch_size=s["batch"], lr=0.002, max_epochs=s["max_epochs"], patience=s["max_epochs"],
+                         linear_eval_epochs=s["max_epochs"], accelerator="gpu" if cuda else "cpu", devices=1,
+                         precision=s["precision"], num_workers=s["loader_workers"], progress_bar=False,
+                         run_dir=str(out / f"train_{setup}"), overwrite=True, save_predictions=False,
+                         **({"max_val_samples": 64, "max_test_samples": 64} if dry_run else {}))
+    meter = _Meter(budgets, cuda)
+    samples: list[int] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_gpu_sampler, args=(samples, stop), daemon=True)
+    if cuda:
+        sampler.start()
+    began = time.perf_counter()
+    metrics = train(config, callbacks=[meter.callback])
+    stop.set()
+    first = "pretrain" if setup == "mlcl_aug" else "supervised"
+    rpms_per_s = meter.rpms.get(first, 0) / max(meter.seconds.get(first, 0.0), 1e-9)
+    numbers: dict[str, Any] = {
+        "setup": metrics["setup_label"], "wall_s": round(time.perf_counter() - began, 1),
+        "epochs": {stage["name"]: stage["epochs"] for stage in metrics["stages"]},
+        "rpms_per_s": round(rpms_per_s, 1), "views_per_rpm": meter.views.get(first, 1),
+        "data_wait_fraction": round(meter.wait_s / meter.step_s, 3) if meter.step_s else None,
+        "gpu_utilisation_mean_pct": round(sum(samples) / len(samples), 1) if samples else None,
+        "test_accuracy": round(metrics["test_accuracy"], 4),
+        "test_accuracy_per_configuration": {k: round(v, 4) for k, v in
+                                            metrics.get("test_accuracy_per_configuration_short", {}).items()},
+    }
+    if setup == "mlcl_aug" and rpms_per_s > 0:
+        numbers["extrapolated_100_epochs_42000_min"] = round(100 * 42000 / rpms_per_s / 60, 1)
+    return numbers
+
+
+# ----------------------------------------------------------------------------------------------
+# report
+# ----------------------------------------------------------------------------------------------
+def write_report(out: Path, results: dict[str, dict[str, Any]], dry_run: bool, total_s: float) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    header = {"dry_run": dry_run, "total_s": round(total_s, 1),
+              "passed": sum(r["status"] == "pass" for r in results.values()), "parts": len(results)}
+    (out / "device_report.json").write_text(json.dumps({**header, "results": results}, indent=1, default=str))
+    lines = [f"# rpm_lib device check{' (CPU dry run)' if dry_run else ''}", "",
+             f"{header['passed']} of {header['parts']} parts passed in {total_s:.0f} s.", "",
+             "| part | status | seconds | numbers |", "|---|---|---:|---|"]
+    for name, r in results.items():
+        numbers = json.dumps(r.get("numbers", {}), default=str).replace("|", "/")
+        lines.append(f"| {name} | {r['status']} | {r.get('seconds', '')} | {numbers} |")
+    for name, r in results.items():
+        if r["status"] != "pass" and r.get("output_tail"):
+            lines += ["", f"## {name}: {r['status']}", "", f"`{r.get('command', '')}`", "", "```",
+                      r["output_tail"][-1500:], "```"]
+    (out / "device_report.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on the CPU, same parts and report")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "runs" / "device_check"),
+                        help="report folder (default $OUT, else runs/device_check)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--train-part", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.train_part:
+        numbers = train_part(args.train_part, args.data, args.out, args.cpu_dry_run)
+        args.json.write_text(json.dumps(numbers, indent=1))
+        return 0
+    unknown = set(args.parts.split(",")) - set(PARTS)
+    if unknown:
+        print(f"error: --parts: unknown {sorted(unknown)}; known: {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    out = args.out
+    work = Path(os.environ.get("RPM_DEVICE_WORK") or (REPO / "runs" / "device_check_work"))
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    ctx: dict[str, Any] = {"dry_run": args.cpu_dry_run, "sizes": sizes(args.cpu_dry_run), "out": out, "work": work}
+    results: dict[str, dict[str, Any]] = {}
+    began = time.perf_counter()
+    for name in PARTS:
+        if name not in args.parts.split(","):
+            continue
+        ctx["budget"] = ctx["sizes"]["budgets"][name]
+        print(f"[device_check] {name} (budget {ctx['budget']} s)", flush=True)
+        part_began = time.perf_counter()
+        try:
+            result = globals()[f"part_{name}"](ctx)
+        except Exception:
+            result = {"status": "fail", "output_tail": traceback.format_exc()[-3000:]}
+        result.setdefault("seconds", round(time.perf_counter() - part_began, 1))
+        results[name] = result
+        print(f"[device_check] {name}: {result['status']} in {result['seconds']} s "
+              f"{json.dumps(result.get('numbers', {}), default=str)[:400]}", flush=True)
+        write_report(out, results, args.cpu_dry_run, time.perf_counter() - began)  # a report even if killed later
+    passed = all(r["status"] == "pass" for r in results.values())
+    print(f"[device_check] report: {out / 'device_report.md'}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
