@@ -5,6 +5,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rpm_lib.losses.value_checks import check_values
+
 
 def check_scores_and_target(name: str, scores: torch.Tensor, target: torch.Tensor) -> None:
     """Raise ValueError unless scores is float (B, A) and target is int64 (B,) with values in [0, A)."""
@@ -14,7 +16,7 @@ def check_scores_and_target(name: str, scores: torch.Tensor, target: torch.Tenso
         raise ValueError(
             f"{name}: target must be int64 of shape ({scores.shape[0]},), got {target.dtype} {tuple(target.shape)}"
         )
-    if target.numel() and (int(target.min()) < 0 or int(target.max()) >= scores.shape[1]):
+    if target.numel() and check_values(target) and (int(target.min()) < 0 or int(target.max()) >= scores.shape[1]):
         raise ValueError(f"{name}: target values must be in [0, {scores.shape[1] - 1}]")
 
 

@@ -50,6 +50,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rpm_lib.losses.value_checks import check_values
+
 NEGATIVE_MODES: tuple[str, ...] = ("batch", "own", "none")
 NUMERICS: tuple[str, ...] = ("paper", "official")
 
@@ -84,7 +86,7 @@ def _check_inputs(z: torch.Tensor, z_neg: torch.Tensor | None, rules: torch.Tens
     for name, tensor in (("z_neg", z_neg), ("rules", rules)):
         if tensor is not None and tensor.device != z.device:
             raise ValueError(f"mlcl_loss: {name} is on {tensor.device} but z is on {z.device}")
-    if bool(((rules != 0) & (rules != 1)).any()):
+    if check_values(rules) and bool(((rules != 0) & (rules != 1)).any()):
         raise ValueError("mlcl_loss: rules must be multi-hot (every entry 0 or 1)")
 
 
@@ -113,7 +115,9 @@ def mlcl_loss(
         at least one positive; 0 (with a graph) when there are none.
 
     Raises:
-        ValueError: bad shapes, non-multi-hot rules, unknown option or temperature <= 0.
+        ValueError: bad shapes, non-multi-hot rules, unknown option or temperature <= 0 (the rule values are
+            checked on CPU tensors, on accelerators only with ``RPM_LIB_CHECK_VALUES=1``:
+            :mod:`rpm_lib.losses.value_checks`).
     """
     _check_options(temperature, negatives, numerics)
     _check_inputs(z, z_neg, rules, negatives)
@@ -174,7 +178,7 @@ def split_completions(embeddings: torch.Tensor, target: torch.Tensor) -> tuple[t
     num, num_answers, _ = embeddings.shape
     if target.shape != (num,) or target.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"split_completions: target must be integer (N={num},), got {target.dtype} {tuple(target.shape)}")
-    if num and (int(target.min()) < 0 or int(target.max()) >= num_answers):
+    if num and check_values(target) and (int(target.min()) < 0 or int(target.max()) >= num_answers):
         raise ValueError(f"split_completions: target values must be in [0, {num_answers - 1}]")
     is_correct = F.one_hot(target.long(), num_answers).bool()  # (N, A)
     z = embeddings[is_correct]

@@ -5,6 +5,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rpm_lib.losses.value_checks import check_values
+
 
 def rule_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean BCE-with-logits over all B x R rule slots (the paper's L^aux).
@@ -25,7 +27,7 @@ def rule_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             f"rule_loss: logits and targets must both be (B, R), got {tuple(logits.shape)} and {tuple(targets.shape)}"
         )
     targets = targets.to(logits.dtype)
-    if targets.numel() and bool(((targets < 0) | (targets > 1)).any()):
+    if targets.numel() and check_values(targets) and bool(((targets < 0) | (targets > 1)).any()):
         raise ValueError("rule_loss: targets must lie in [0, 1] (a multi-hot rule vector)")
     return F.binary_cross_entropy_with_logits(logits, targets)
 

@@ -43,3 +43,13 @@ def test_perfect_logits_give_near_zero_loss() -> None:
 def test_bad_inputs_raise(logits: torch.Tensor, targets: torch.Tensor, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         rule_loss(logits, targets)
+
+
+def test_value_checks_run_on_the_cpu_and_on_accelerators_only_when_asked(monkeypatch) -> None:
+    from rpm_lib.losses.value_checks import check_values
+
+    monkeypatch.delenv("RPM_LIB_CHECK_VALUES", raising=False)
+    assert check_values(torch.zeros(2))
+    assert not check_values(torch.zeros(2, device="meta"))  # stands for any accelerator: no host read-back
+    monkeypatch.setenv("RPM_LIB_CHECK_VALUES", "1")
+    assert check_values(torch.zeros(2, device="meta"))

@@ -114,3 +114,27 @@ def test_one_process_ddp_run(tiny_config: Callable[..., TrainConfig]) -> None:
     metrics = train(config)
     assert [s["name"] for s in metrics["stages"]] == ["pretrain", "linear"]
     assert math.isfinite(metrics["test_loss"])
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="host-device synchronisation exists only on an accelerator")
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., TrainConfig], setup: str) -> None:
+    from rpm_lib.training.module import RpmModule
+    from rpm_lib.training.datamodule import rule_dim
+    from rpm_lib.training.setups import stage_plan
+
+    config = tiny_config(setup=setup)
+    module = RpmModule(config, rule_dim(config)).to(DEVICE)
+    module.set_stage(stage_plan(config)[0])
+    views = SETUPS[setup].num_views
+    shape = (4, views, 16, 32, 32) if views > 1 else (4, 16, 32, 32)
+    batch = {"panels": torch.randint(0, 256, shape, dtype=torch.uint8, device=DEVICE),
+             "target": torch.tensor([0, 3, 7, 1], device=DEVICE),
+             "rules": (torch.rand(4, rule_dim(config), device=DEVICE) < 0.2).float()}
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        to_backward, _value, _parts = module.stage_losses(batch)
+        to_backward.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
