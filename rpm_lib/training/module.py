@@ -30,6 +30,14 @@ from rpm_lib.training.seeding import derive_seed
 from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
 
 
+def resolve_memory_format(config: TrainConfig) -> str:
+    """``memory_format`` with ``auto`` resolved: ``channels_last`` when training on CUDA, else ``contiguous``."""
+    if config.memory_format != "auto":
+        return config.memory_format
+    on_cuda = config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    return "channels_last" if on_cuda else "contiguous"
+
+
 class RpmModule(L.LightningModule):
     """Encoder + scoring head (+ rule head, + projection head), trained stage by stage.
 
@@ -50,6 +58,9 @@ class RpmModule(L.LightningModule):
         self.config = config
         self.num_rules = num_rules
         self.encoder = create_encoder(config.encoder, image_size=config.image_size, **config.encoder_kwargs)
+        if resolve_memory_format(config) == "channels_last":
+            # 4-D weights in NHWC: cuDNN's (and oneDNN's) fast convolution layout; activations follow the weights.
+            self.encoder = self.encoder.to(memory_format=torch.channels_last)
         dim = self.encoder.embedding_dim
         self.scoring_head = ScoringHead(dim)
         self.rule_head = RuleHead(dim, num_rules, pooling=config.rule_pooling) if uses_rule_head(config) else None

@@ -138,3 +138,17 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
         to_backward.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_channels_last_training_and_its_auto_default(tiny_config: Callable[..., TrainConfig]) -> None:
+    from rpm_lib.training.datamodule import rule_dim
+    from rpm_lib.training.module import RpmModule, resolve_memory_format
+
+    config = tiny_config(setup="ce", memory_format="channels_last", accelerator=ACCELERATOR, devices=1, max_steps=1)
+    module = RpmModule(config, rule_dim(config))
+    weights = [p for p in module.encoder.parameters() if p.ndim == 4]
+    assert weights and all(p.is_contiguous(memory_format=torch.channels_last) for p in weights)
+    assert math.isfinite(train(config)["test_loss"])
+    expected = "channels_last" if torch.cuda.is_available() else "contiguous"
+    assert resolve_memory_format(TrainConfig(accelerator="auto")) == expected
+    assert resolve_memory_format(TrainConfig(accelerator="cpu")) == "contiguous"
