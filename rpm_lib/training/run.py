@@ -104,7 +104,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             datamodule = RpmDataModule(config, plan)
             done = stages.get(plan.name)
             if done and done.get("completed"):
-                _load_weights(module, run_dir / done["weights"])
+                _load_weights(module, _inside_run_dir(run_dir, done.get("weights")))
                 continue
             trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks)
             if trainer.is_global_zero:
@@ -222,7 +222,7 @@ def _best_epoch_accuracy(run_dir: Path, stage: str) -> float | None:
 
 def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
     """(epochs run, global step, best val loss, early-stopping stopped_epoch) recorded in a Lightning checkpoint."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = _load_checkpoint(path)
     score, stopped_epoch = None, 0
     for key, state in checkpoint.get("callbacks", {}).items():
         if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
@@ -232,11 +232,37 @@ def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
     return int(checkpoint["epoch"]) + 1, int(checkpoint["global_step"]), score, stopped_epoch
 
 
+def _inside_run_dir(run_dir: Path, weights: Any) -> Path:
+    """The checkpoint a ``progress.json`` names, refused unless it is a relative path inside ``run_dir``.
+
+    A shared run folder is untrusted input: its ``progress.json`` must not point ``resume`` at a file elsewhere.
+    """
+    if not isinstance(weights, str) or not weights:
+        raise ConfigError(f"resume: {run_dir / 'progress.json'}: field 'weights' must be a checkpoint path "
+                          f"inside the run folder, got {weights!r}")
+    path = (run_dir / weights).resolve()
+    if Path(weights).is_absolute() or not path.is_relative_to(run_dir.resolve()):
+        raise ConfigError(f"resume: {run_dir / 'progress.json'}: field 'weights' ({weights}) points outside the run "
+                          "folder; refusing to load it")
+    return path
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    """A Lightning checkpoint read with ``weights_only=True``: tensors and plain containers only, never code.
+
+    Checkpoints come from run folders that people share; unpickling arbitrary objects would run their code.
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"checkpoint {path}: not loadable as plain weights ({reason[:200]})") from None
+
+
 def _load_weights(module: RpmModule, path: Path) -> None:
     if not path.is_file():
         raise ConfigError(f"resume: checkpoint {path} is missing; delete progress.json or use overwrite=true")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    module.load_state_dict(checkpoint["state_dict"])
+    module.load_state_dict(_load_checkpoint(path)["state_dict"])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -252,3 +252,38 @@ def test_missing_data_is_reported_before_the_run_folder_is_touched(tiny_config: 
     with pytest.raises(ConfigError, match="'data_root'.*does not exist"):
         train(config)
     assert not Path(config.run_dir).exists()
+
+
+class _Payload:
+    """Unpickling this creates a marker file: stands for any code a crafted checkpoint could run."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_resume_never_unpickles_code_and_stays_inside_the_run_folder(tiny_config: Callable[..., TrainConfig],
+                                                                     tmp_path: Path) -> None:
+    config = tiny_config(setup="ce")
+    train(config)
+    run_dir = Path(config.run_dir)
+    progress_path = run_dir / "progress.json"
+    progress = json.loads(progress_path.read_text())
+    resumed = TrainConfig(**{**config.to_dict(), "resume": True})
+
+    marker = tmp_path / "executed"
+    crafted = run_dir / "checkpoints" / "supervised" / "crafted.ckpt"
+    torch.save({"state_dict": {}, "payload": _Payload(str(marker))}, crafted)
+    progress["stages"]["supervised"]["weights"] = "checkpoints/supervised/crafted.ckpt"
+    progress_path.write_text(json.dumps(progress))
+    with pytest.raises(ConfigError, match="not loadable as plain weights"):
+        train(resumed)
+    assert not marker.exists()
+
+    for outside in (str(tmp_path / "elsewhere.ckpt"), "../elsewhere.ckpt"):
+        progress["stages"]["supervised"]["weights"] = outside
+        progress_path.write_text(json.dumps(progress))
+        with pytest.raises(ConfigError, match="outside the run folder"):
+            train(resumed)
