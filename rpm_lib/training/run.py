@@ -177,7 +177,9 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
     last = stage_dir / "last.ckpt"
     trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks)
     began = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None)
+    # weights_only: a shared run folder's last.ckpt is untrusted input (never unpickle code from it).
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None,
+                weights_only=True)
     if trainer.interrupted:
         raise RuntimeError(f"stage {plan.name} was interrupted; rerun with resume=true to continue")
     trainer.strategy.barrier("rpm_stage_end")
