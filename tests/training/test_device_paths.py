@@ -108,7 +108,18 @@ def test_one_bf16_mixed_step_of_each_setup_is_finite(tiny_config: Callable[..., 
     assert np.isfinite(predictions["scores"]).all()
 
 
-def test_one_process_ddp_run(tiny_config: Callable[..., TrainConfig]) -> None:
+@pytest.fixture
+def isolated_process_group():
+    """Leave no process group and no MASTER_PORT behind: a later DDP test would find the port taken."""
+    saved = dict(os.environ)
+    yield
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_one_process_ddp_run(tiny_config: Callable[..., TrainConfig], isolated_process_group: None) -> None:
     # NCCL on CUDA, gloo on the CPU: Lightning picks the backend from the accelerator.
     config = tiny_config(setup="mlcl", accelerator=ACCELERATOR, devices=1, strategy="ddp", max_steps=1)
     metrics = train(config)
