@@ -233,6 +233,14 @@ class TrainConfig:
     # derived values
     # ------------------------------------------------------------------------------------------
     @property
+    def trains_on_cuda(self) -> bool:
+        """The accelerator asks for (or allows) CUDA and a CUDA device is present: the one test every hardware
+        default (precision, memory format, pinned memory, evaluation device) is resolved from."""
+        import torch
+
+        return self.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+
+    @property
     def resolved_rule_encoding(self) -> str:
         """``rule_encoding`` with ``auto`` resolved: dense / sparse38 / sparse40 / sparse50."""
         if self.rule_encoding != "auto":

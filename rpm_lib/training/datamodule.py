@@ -262,4 +262,4 @@ class RpmDataModule(L.LightningDataModule):
 
 
 def _pin_memory(config: TrainConfig) -> bool:
-    return torch.cuda.is_available() and config.accelerator in ("auto", "gpu", "cuda")
+    return config.trains_on_cuda

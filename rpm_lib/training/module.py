@@ -34,8 +34,7 @@ def resolve_memory_format(config: TrainConfig) -> str:
     """``memory_format`` with ``auto`` resolved: ``channels_last`` when training on CUDA, else ``contiguous``."""
     if config.memory_format != "auto":
         return config.memory_format
-    on_cuda = config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    return "channels_last" if on_cuda else "contiguous"
+    return "channels_last" if config.trains_on_cuda else "contiguous"
 
 
 class RpmModule(L.LightningModule):

@@ -126,7 +126,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
 # ----------------------------------------------------------------------------------------------
 def resolve_precision(config: TrainConfig) -> str:
     """``precision`` with ``auto`` resolved: bf16-mixed (or 16-mixed) on CUDA, 32-true elsewhere."""
-    on_cuda = config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    on_cuda = config.trains_on_cuda
     if config.precision != "auto":
         if not on_cuda and config.precision in ("16-mixed", "16-true") and config.accelerator != "mps":
             raise ConfigError(f"config field 'precision': {config.precision} needs a CUDA GPU; use bf16-mixed or "
@@ -271,7 +271,7 @@ def _load_weights(module: RpmModule, path: Path) -> None:
 # evaluation and provenance
 # ----------------------------------------------------------------------------------------------
 def _eval_device(config: TrainConfig, trainer: L.Trainer | None) -> torch.device:
-    if config.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+    if config.trains_on_cuda:
         if trainer is not None and trainer.strategy.root_device.type == "cuda":
             return trainer.strategy.root_device
         return torch.device("cuda", 0)
