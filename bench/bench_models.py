@@ -99,6 +99,26 @@ def bench_encoder(name: str, args: argparse.Namespace, device: torch.device) -> 
     return BenchResult(name, parameters, encoder.embedding_dim, elapsed, args.batch_size)
 
 
+def _hardware(args: argparse.Namespace, device: torch.device) -> str:
+    """What the numbers were measured on, in words: device, precision, layout, compilation."""
+    if device.type == "cuda":
+        precision = "fp32" if args.no_amp else "bf16 autocast"
+        layout = "NCHW" if args.no_channels_last else "channels_last"
+        hardware = f"{torch.cuda.get_device_name(device)}, {precision}, {layout}"
+    else:
+        hardware = f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads {torch.get_num_threads()}"
+    return hardware + (", torch.compile" if args.compile else "")
+
+
+def _write_json(path: str, results: list, hardware: str) -> None:
+    import json
+
+    rows = [{"encoder": r.name, "parameters": r.parameters, "embedding_dim": r.embedding_dim,
+             "ms_per_step": 1000 * r.seconds_per_step, "rpms_per_s": r.rpms_per_second,
+             "batch_size": r.batch_size, "hardware": hardware} for r in results]
+    Path(path).write_text(json.dumps(rows, indent=1))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -113,16 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown encoders {unknown}; registered: {list_encoders()}", file=sys.stderr)
         return 2
 
-    results = [bench_encoder(name, args, device) for name in names]
+    # Rows are written after every encoder, so a run stopped at its time limit keeps what finished.
+    results = []
+    for name in names:
+        results.append(bench_encoder(name, args, device))
+        print(f"{name}: {results[-1].rpms_per_second:.1f} RPMs/s", flush=True)
+        if args.json:
+            _write_json(args.json, results, _hardware(args, device))
 
-    if device.type == "cuda":
-        precision = "fp32" if args.no_amp else "bf16 autocast"
-        layout = "NCHW" if args.no_channels_last else "channels_last"
-        hardware = f"{torch.cuda.get_device_name(device)}, {precision}, {layout}"
-    else:
-        hardware = f"CPU ({platform.processor() or platform.machine()}), fp32, torch threads {torch.get_num_threads()}"
-    if args.compile:
-        hardware += ", torch.compile"
+    hardware = _hardware(args, device)
     print(f"## Encoder forward+backward throughput: batch {args.batch_size}, {args.image_size} px, {hardware}\n")
     print("| encoder | parameters | D | ms / step | RPMs / s |")
     print("|---|---:|---:|---:|---:|")
@@ -133,13 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntorch {torch.__version__}, torch threads {torch.get_num_threads()}, "
           f"{args.warmup} warm-up + {args.steps} timed steps per encoder")
     print("command: " + shlex.join([sys.executable, *sys.argv]))
-    if args.json:
-        import json
-
-        rows = [{"encoder": r.name, "parameters": r.parameters, "embedding_dim": r.embedding_dim,
-                 "ms_per_step": 1000 * r.seconds_per_step, "rpms_per_s": r.rpms_per_second,
-                 "batch_size": r.batch_size, "hardware": hardware} for r in results]
-        Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 

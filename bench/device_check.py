@@ -1,7 +1,7 @@
 """One-command GPU verification (run through ``bench/device_check.sh``), or its CPU dry run.
 
-Parts, in order, each with its own time budget (sized for one H100: 510 s in all, so the command stays within 9 minutes
-with the wheel install; training runs 75 s plus start-up and evaluation); a part that fails or runs out of time is reported and the next one runs:
+Parts, in order, each with its own time budget (sized for one H100: 530 s in all, so the command stays within 9 minutes
+with the wheel install; training runs 60 s plus start-up and evaluation); a part that fails or runs out of time is reported and the next one runs:
 
 ==================  ======  ==========================================================================
 part                budget  what
@@ -9,10 +9,10 @@ part                budget  what
 environment            10 s versions of python / torch / lightning / numpy, the GPU's name and memory
 gpu_tests              60 s ``pytest -m gpu`` (tests/training/test_device_paths.py) on the device
 encoders               40 s ``bench_models.py`` every encoder, batch 128, 80 px, bf16 autocast + channels_last
-encoders_compiled      80 s the same under ``torch.compile``
-generate_cache         90 s 70,000 I-RAVEN problems with 16 workers, then the 80 px cache (timed)
-train_ce_aux_sparse    90 s SCL CE+AUX-sparse, bf16, batch 128, lr 0.002, 14 workers, for a fixed wall budget
-train_mlcl_aug         90 s SCL MLCL+AUG (pre-training 80 %, linear evaluation 20 % of the budget)
+encoders_compiled      70 s the same under ``torch.compile``
+generate_cache         60 s 70,000 I-RAVEN problems with 16 workers, then the 80 px cache (timed)
+train_ce_aux_sparse   120 s SCL CE+AUX-sparse, bf16, batch 128, lr 0.002, 14 workers, for a fixed wall budget
+train_mlcl_aug        120 s SCL MLCL+AUG (pre-training 80 %, linear evaluation 20 % of the budget)
 batch                  50 s a 2-run ``rpm-batch`` grid through papermill on the device
 ==================  ======  ==========================================================================
 
@@ -58,10 +58,11 @@ def sizes(dry_run: bool) -> dict[str, Any]:
                 "budgets": {"environment": 10, "gpu_tests": 300, "encoders": 120, "encoders_compiled": 240,
                             "generate_cache": 120, "train_ce_aux_sparse": 120, "train_mlcl_aug": 120, "batch": 300}}
     return {"device": "cuda", "batch": 128, "image": 80, "bench_steps": 10, "bench_warmup": 3, "per_config": 10000,
-            "workers": 16, "loader_workers": 14, "train_budget_s": 75.0, "precision": "bf16-mixed", "max_epochs": 100,
-            "compile_encoders": None, "gpu_test_filter": None,
-            "budgets": {"environment": 10, "gpu_tests": 60, "encoders": 40, "encoders_compiled": 80,
-                        "generate_cache": 90, "train_ce_aux_sparse": 90, "train_mlcl_aug": 90, "batch": 50}}
+            "workers": 16, "loader_workers": 14, "train_budget_s": 60.0, "precision": "bf16-mixed", "max_epochs": 100,
+            # scl first: compiling all four took over 80 s on an H200, and rows are kept as each one finishes
+            "compile_encoders": ["scl", "wren", "hrinet", "copinet"], "gpu_test_filter": None,
+            "budgets": {"environment": 10, "gpu_tests": 60, "encoders": 40, "encoders_compiled": 70,
+                        "generate_cache": 60, "train_ce_aux_sparse": 120, "train_mlcl_aug": 120, "batch": 50}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -80,7 +81,7 @@ def _run(command: list[str], timeout: float, env: dict[str, str] | None = None, 
         output = (timeout_error.stdout or b"").decode(errors="replace") if isinstance(timeout_error.stdout, bytes) \
             else (timeout_error.stdout or "")
     return {"status": status, "seconds": round(time.perf_counter() - began, 1), "command": shlex.join(command),
-            "output_tail": output[-3000:]}
+            "output_tail": output[-8000:]}
 
 
 def part_environment(ctx: dict[str, Any]) -> dict[str, Any]:
@@ -105,8 +106,8 @@ def part_environment(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 def part_gpu_tests(ctx: dict[str, Any]) -> dict[str, Any]:
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-               "tests/training/test_device_paths.py"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", "--tb=short",
+               "-m", "gpu", "tests/training/test_device_paths.py"]
     if ctx["sizes"]["gpu_test_filter"]:
         command += ["-k", ctx["sizes"]["gpu_test_filter"]]
     result = _run(command, ctx["budget"], env={"RPM_TEST_DEVICE": ctx["sizes"]["device"]})
@@ -163,7 +164,8 @@ def _train(ctx: dict[str, Any], setup: str) -> dict[str, Any]:
     s = ctx["sizes"]
     report = ctx["out"] / f"train_{setup}.json"
     command = [sys.executable, "bench/device_check.py", "--train-part", setup, "--data", str(ctx["cache"]),
-               "--json", str(report), "--out", str(ctx["work"])] + (["--cpu-dry-run"] if ctx["dry_run"] else [])
+               "--json", str(report), "--out", str(ctx["work"]), "--train-budget", str(s["train_budget_s"])] \
+        + (["--cpu-dry-run"] if ctx["dry_run"] else [])
     result = _run(command, ctx["budget"])
     if report.is_file():
         result["numbers"] = json.loads(report.read_text())
@@ -207,17 +209,41 @@ PARTS = ("environment", "gpu_tests", "encoders", "encoders_compiled", "generate_
 # the training part (a subprocess of its own)
 # ----------------------------------------------------------------------------------------------
 class _Meter:
-    """Lightning callback: stops each stage after its wall budget, and measures data waits and throughput."""
+    """Lightning callback: stops each stage after its wall budget, measures data waits and throughput, and prints
+    a progress line every 10 s and at each phase, so a part stopped at its time limit still says where it was."""
 
     def __init__(self, budgets: dict[str, float], cuda: bool) -> None:
         import lightning as L
 
         meter = self
+        began = time.perf_counter()
+
+        def say(message: str) -> None:
+            print(f"[train {time.perf_counter() - began:6.1f} s] {message}", flush=True)
 
         class Callback(L.Callback):
             def on_train_start(self, trainer, pl_module):
-                meter.stage_began = time.perf_counter()
+                meter.stage_began = meter.last_print = time.perf_counter()
                 meter.last_end = None
+                say(f"stage {pl_module.plan.name}: training starts")
+
+            def on_train_end(self, trainer, pl_module):
+                stage = pl_module.plan.name
+                say(f"stage {stage}: training ends after {trainer.current_epoch} epochs, "
+                    f"{meter.rpms.get(stage, 0)} RPMs")
+
+            def on_validation_start(self, trainer, pl_module):
+                meter.phase_began = time.perf_counter()
+
+            def on_validation_end(self, trainer, pl_module):
+                say(f"validation took {time.perf_counter() - meter.phase_began:.1f} s")
+
+            def on_test_start(self, trainer, pl_module):
+                meter.phase_began = time.perf_counter()
+                say("testing starts")
+
+            def on_test_end(self, trainer, pl_module):
+                say(f"testing took {time.perf_counter() - meter.phase_began:.1f} s")
 
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
                 now = time.perf_counter()
@@ -239,6 +265,11 @@ class _Meter:
                 meter.rpms[stage] = meter.rpms.get(stage, 0) + int(batch["target"].shape[0])
                 meter.seconds[stage] = meter.seconds.get(stage, 0.0) + (now - meter.batch_began)
                 meter.views[stage] = views
+                if now - meter.last_print > 10:
+                    meter.last_print = now
+                    say(f"stage {stage}: {meter.rpms[stage]} RPMs, "
+                        f"{meter.rpms[stage] / max(meter.seconds[stage], 1e-9):.0f} RPMs/s in steps, "
+                        f"data wait {meter.wait_s / max(meter.step_s, 1e-9):.1%}")
                 if now - meter.stage_began > budgets.get(stage, float("inf")):
                     trainer.should_stop = True
 
@@ -247,7 +278,7 @@ class _Meter:
         self.rpms: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
         self.views: dict[str, int] = {}
-        self.stage_began = self.batch_began = 0.0
+        self.stage_began = self.batch_began = self.last_print = self.phase_began = 0.0
         self.last_end: float | None = None
 
 
@@ -263,7 +294,7 @@ def _gpu_sampler(samples: list[int], stop: threading.Event) -> None:
         return
 
 
-def train_part(setup: str, data: str, out: Path, dry_run: bool) -> dict[str, Any]:
+def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | None = None) -> dict[str, Any]:
     """Train SCL ``setup`` for the wall budget on ``data``; the numbers for the report."""
     import torch
 
@@ -272,7 +303,7 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool) -> dict[str, Any
 
     s = sizes(dry_run)
     cuda = torch.cuda.is_available() and not dry_run
-    budget = s["train_budget_s"]
+    budget = budget or s["train_budget_s"]
     budgets = {"supervised": budget} if setup != "mlcl_aug" else {"pretrain": 0.8 * budget, "linear": 0.2 * budget}
     config = TrainConfig(dataset="iraven", data_root=data, image_size=s["image"], encoder="scl", setup=setup,
                          batch_size=s["batch"], lr=0.002, max_epochs=s["max_epochs"], patience=s["max_epochs"],
@@ -333,12 +364,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or REPO / "runs" / "device_check"),
                         help="report folder (default $OUT, else runs/device_check)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--train-budget", type=float, default=None, metavar="SECONDS",
+                        help="wall seconds each training part trains for (default 60 on a GPU, 8 in the dry run); "
+                             "its time limit is this plus 60 s for start-up and evaluation")
     parser.add_argument("--train-part", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.train_part:
-        numbers = train_part(args.train_part, args.data, args.out, args.cpu_dry_run)
+        numbers = train_part(args.train_part, args.data, args.out, args.cpu_dry_run, args.train_budget)
         args.json.write_text(json.dumps(numbers, indent=1))
         return 0
     unknown = set(args.parts.split(",")) - set(PARTS)
@@ -350,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     ctx: dict[str, Any] = {"dry_run": args.cpu_dry_run, "sizes": sizes(args.cpu_dry_run), "out": out, "work": work}
+    if args.train_budget:
+        ctx["sizes"]["train_budget_s"] = args.train_budget
+        for name in ("train_ce_aux_sparse", "train_mlcl_aug"):
+            ctx["sizes"]["budgets"][name] = args.train_budget + 60
     results: dict[str, dict[str, Any]] = {}
     began = time.perf_counter()
     for name in PARTS:
