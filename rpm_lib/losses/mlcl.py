@@ -180,9 +180,14 @@ def split_completions(embeddings: torch.Tensor, target: torch.Tensor) -> tuple[t
         raise ValueError(f"split_completions: target must be integer (N={num},), got {target.dtype} {tuple(target.shape)}")
     if num and check_values(target) and (int(target.min()) < 0 or int(target.max()) >= num_answers):
         raise ValueError(f"split_completions: target values must be in [0, {num_answers - 1}]")
-    is_correct = F.one_hot(target.long(), num_answers).bool()  # (N, A)
-    z = embeddings[is_correct]
-    z_neg = embeddings[~is_correct].reshape(num, num_answers - 1, -1)
+    # Index arithmetic instead of a boolean mask: masked indexing needs the number of selected rows on the host,
+    # which stops the CPU until the GPU catches up, once per step.
+    target = target.long().unsqueeze(1)  # (N, 1)
+    others = torch.arange(num_answers - 1, device=target.device).unsqueeze(0)  # (1, A-1)
+    others = others + (others >= target).long()  # (N, A-1): every index but the target's, in order
+    dim = embeddings.shape[-1]
+    z = embeddings.gather(1, target.unsqueeze(2).expand(-1, 1, dim)).squeeze(1)
+    z_neg = embeddings.gather(1, others.unsqueeze(2).expand(-1, -1, dim))
     return z, z_neg
 
 

@@ -64,8 +64,13 @@ def test_encoder_forward_and_backward_on_the_device_equal_the_cpu(name: str) -> 
     assert error < 1e-3, f"embeddings: relative error {error:.2e}"
     out_cpu.square().mean().backward()
     out_device.square().mean().backward()
+    # A parameter whose gradient is zero in exact arithmetic (SCL: a bias right before per-panel
+    # standardisation, which removes any constant) holds only rounding noise, which differs between devices;
+    # first seen on an H200 (relative error 1.0 at |grad| 6e-7). Compare gradients above a millionth of the
+    # largest one.
+    largest = max(float(p.grad.abs().max()) for p in cpu.parameters() if p.grad is not None)
     for (pname, p_cpu), p_device in zip(cpu.named_parameters(), device.parameters()):
-        if p_cpu.grad is not None and p_cpu.grad.abs().max() > 0:
+        if p_cpu.grad is not None and p_cpu.grad.abs().max() > 1e-6 * largest:
             error = _relative_error(p_device.grad.cpu(), p_cpu.grad)
             assert error < 1e-3, f"{pname}: gradient relative error {error:.2e} (largest |grad| {p_cpu.grad.abs().max():.2e})"
 
@@ -129,9 +134,10 @@ def test_one_process_ddp_run(tiny_config: Callable[..., TrainConfig], isolated_p
     assert math.isfinite(metrics["test_loss"])
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="host-device synchronisation exists only on an accelerator")
 @pytest.mark.parametrize("setup", list(SETUPS))
 def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., TrainConfig], setup: str) -> None:
+    """On CUDA, the second step runs under sync-debug mode "error"; on the CPU the same steps run (no host-device
+    synchronisation exists there), so the test's own code cannot rot between GPU runs."""
     from rpm_lib.training.module import RpmModule
     from rpm_lib.training.datamodule import rule_dim
     from rpm_lib.training.setups import stage_plan
@@ -140,7 +146,8 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
     module = RpmModule(config, rule_dim(config)).to(DEVICE)
     module.set_stage(stage_plan(config)[0])
     views = SETUPS[setup].num_views
-    shape = (4, views, 16, 32, 32) if views > 1 else (4, 16, 32, 32)
+    side = config.image_size
+    shape = (4, views, 16, side, side) if views > 1 else (4, 16, side, side)
     batch = {"panels": torch.randint(0, 256, shape, dtype=torch.uint8, device=DEVICE),
              "target": torch.tensor([0, 3, 7, 1], device=DEVICE),
              "rules": (torch.rand(4, rule_dim(config), device=DEVICE) < 0.2).float()}
@@ -148,6 +155,11 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
     # which costs once per process, not per step.
     to_backward, _value, _parts = module.stage_losses(batch)
     to_backward.backward()
+    if DEVICE.type != "cuda":
+        to_backward, _value, _parts = module.stage_losses(batch)
+        to_backward.backward()
+        assert torch.isfinite(to_backward)
+        return
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -155,6 +167,7 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
         to_backward.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(to_backward)
 
 
 def test_channels_last_training_and_its_auto_default(tiny_config: Callable[..., TrainConfig]) -> None:
