@@ -158,7 +158,7 @@ class TrainConfig:
     strategy: str = _field("auto", "Lightning strategy: auto, ddp, ddp_spawn, ddp_notebook, ...", "hardware")
     precision: str = _field("auto", "auto (bf16-mixed on GPUs that support it, else 16-mixed; 32-true on "
                             "CPU) or a Lightning precision string", "hardware", choices=PRECISIONS)
-    memory_format: str = _field("auto", "encoder tensor layout: auto (channels_last on CUDA, contiguous on CPU), "
+    memory_format: str = _field("auto", "encoder tensor layout: auto (channels_last, the faster on CPU and CUDA), "
                                 "channels_last or contiguous", "hardware",
                                 choices=("auto", "channels_last", "contiguous"))
     sync_batchnorm: bool = _field(False, "synchronise BatchNorm statistics across DDP processes", "hardware")

@@ -30,11 +30,21 @@ from rpm_lib.training.seeding import derive_seed
 from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
 
 
+def resolve_memory_format_for(memory_format: str) -> str:
+    """``memory_format`` (``auto`` / ``channels_last`` / ``contiguous``) with ``auto`` resolved.
+
+    ``auto`` is ``channels_last`` on CPUs and GPUs alike: cuDNN's fast convolutions want NHWC, and on the CPU oneDNN ran every
+    encoder's forward + backward 1.09-1.46x faster in NHWC than NCHW (``bench/bench_models.py --side-by-side``,
+    docs/performance.md).
+    """
+    if memory_format != "auto":
+        return memory_format
+    return "channels_last"
+
+
 def resolve_memory_format(config: TrainConfig) -> str:
-    """``memory_format`` with ``auto`` resolved: ``channels_last`` when training on CUDA, else ``contiguous``."""
-    if config.memory_format != "auto":
-        return config.memory_format
-    return "channels_last" if config.trains_on_cuda else "contiguous"
+    """``config.memory_format`` with ``auto`` resolved for the device the run trains on."""
+    return resolve_memory_format_for(config.memory_format)
 
 
 class RpmModule(L.LightningModule):

@@ -179,6 +179,8 @@ def test_channels_last_training_and_its_auto_default(tiny_config: Callable[..., 
     weights = [p for p in module.encoder.parameters() if p.ndim == 4]
     assert weights and all(p.is_contiguous(memory_format=torch.channels_last) for p in weights)
     assert math.isfinite(train(config)["test_loss"])
-    expected = "channels_last" if torch.cuda.is_available() else "contiguous"
-    assert resolve_memory_format(TrainConfig(accelerator="auto")) == expected
-    assert resolve_memory_format(TrainConfig(accelerator="cpu")) == "contiguous"
+    assert resolve_memory_format(TrainConfig(accelerator="auto")) == "channels_last"
+    assert resolve_memory_format(TrainConfig(accelerator="cpu")) == "channels_last"
+    assert resolve_memory_format(TrainConfig(accelerator="cpu", memory_format="contiguous")) == "contiguous"
+    contiguous = RpmModule(tiny_config(setup="ce", memory_format="contiguous"), rule_dim(config))
+    assert all(p.is_contiguous() for p in contiguous.encoder.parameters())
