@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rpm_lib.losses import split_completions
     from rpm_lib.training.config import TrainConfig
-    from rpm_lib.training.datamodule import RpmDataModule, rule_dim
+    from rpm_lib.training.datamodule import RpmDataModule
     from rpm_lib.training.module import RpmModule
     from rpm_lib.training.seeding import derive_seed
     from rpm_lib.training.setups import STAGES, stage_plan
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = stage_plan(config)[0]
     torch.manual_seed(derive_seed(config.seed, "init"))
-    module = RpmModule(config, rule_dim(config))
+    module = RpmModule(config, config.rule_spec.width)
     module.set_stage(plan)
     module.train()
     datamodule = RpmDataModule(config, plan)

@@ -49,14 +49,14 @@ def steps_to_escape(config, max_steps: int, margin: float = 0.05, window: int = 
     """
     import torch
 
-    from rpm_lib.training.datamodule import RpmDataModule, rule_dim
+    from rpm_lib.training.datamodule import RpmDataModule
     from rpm_lib.training.module import RpmModule
     from rpm_lib.training.seeding import derive_seed
     from rpm_lib.training.setups import STAGES, stage_plan
 
     plan = stage_plan(config)[0]
     torch.manual_seed(derive_seed(config.seed, "init"))
-    module = RpmModule(config, rule_dim(config))
+    module = RpmModule(config, config.rule_spec.width)
     module.set_stage(plan)
     data = RpmDataModule(config, plan)
     data.setup("fit")

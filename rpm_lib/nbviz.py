@@ -4,10 +4,11 @@ Every ``plot_*`` function takes plain arrays / mappings, returns a ``matplotlib.
 size (nbval compares the figure's ``text/plain`` repr, ``<Figure size WxH with N Axes>``) and never calls
 ``plt.show()``; the notebooks hand it to :func:`show`, which saves a PNG into ``output_dir`` (when given),
 displays it and closes it. The numbers behind each figure come from small pure functions
-(``confusion_matrix``, ``per_rule_scores``, ``rule_frequencies``, ``answer_position_counts``, …) that the
+(``confusion_matrix``, ``rule_frequencies``, ``answer_position_counts``, …) that the
 tests check directly.
 
-Accuracies are in percent; rule vectors are ``(N, R)`` arrays with rules as columns (``rule_names(layout)``).
+Accuracies are in percent; rule vectors are ``(N, R)`` arrays with rules as columns (named by
+``RuleEncoding.slot_names()`` from :mod:`rpm_lib.rule_encodings`).
 """
 from __future__ import annotations
 
@@ -101,53 +102,6 @@ def format_percent(value: float | None, digits: int = 1) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Rule vocabularies for axes
-# ----------------------------------------------------------------------------------------------
-
-_SHORT_RELATION = {"Constant": "Const", "Progression": "Prog", "Arithmetic": "Arith", "Distribute_Three": "Dist3"}
-
-
-def rule_names(layout: str = "sparse38", dataset: str = "iraven") -> list[str]:
-    """Readable name of every slot of a rule vector, e.g. ``"c0 Prog Size"``.
-
-    Layouts: ``"dense"`` (9, ``rules.META_TARGET_FORMAT``; 12, ``rules.PGM_META_TARGET_FORMAT`` with
-    ``dataset="pgm"``), ``"sparse38"``, ``"sparse40"`` (RAVEN; slot
-    ``c<component> <relation> <attribute>``; the two never-used sparse-40 slots read ``"c<k> (unused)"``) and
-    ``"sparse50"`` (PGM; ``"<object> <attribute> <relation>"``).
-    """
-    if layout == "dense":
-        return list(rules.PGM_META_TARGET_FORMAT if dataset == "pgm" else rules.META_TARGET_FORMAT)
-    if layout in rules.RAVEN_SPARSE_DIMS:
-        dim = rules.RAVEN_SPARSE_DIMS[layout]
-        names = [""] * dim
-        for c in range(rules.MAX_COMPONENTS):
-            for relation in rules.RELATIONS:
-                for attribute in rules.ATTRIBUTES:
-                    if (relation, attribute) == ("Arithmetic", "Type"):
-                        continue
-                    vec = _one_rule_sparse(c, relation, attribute, layout)
-                    names[int(np.flatnonzero(vec)[0])] = f"c{c} {_SHORT_RELATION[relation]} {attribute}"
-        return [n or f"c{0 if i < dim // 2 else 1} (unused)" for i, n in enumerate(names)]
-    if layout == "sparse50":
-        names = [""] * rules.PGM_SPARSE_DIM
-        for obj in rules.PGM_OBJECTS:
-            for attribute in rules.PGM_ATTRIBUTES:
-                for relation in rules.PGM_RELATIONS:
-                    names[rules.pgm_sparse_index(obj, attribute, relation)] = f"{obj} {attribute} {relation}"
-        return names
-    raise ValueError(f"unknown rule layout {layout!r}; expected dense, sparse38, sparse40 or sparse50")
-
-
-def _one_rule_sparse(component: int, relation: str, attribute: str, layout: str) -> np.ndarray:
-    """Sparse code of a single (component, relation, attribute) cell, through the rules module's encoder."""
-    matrix = np.zeros((1, 8, len(rules.META_TARGET_FORMAT)), dtype=np.uint8)
-    row = 4 * component + (0 if attribute in ("Number", "Position") else rules.RULE_GROUPS.index(attribute))
-    matrix[0, row, rules.RELATIONS.index(relation)] = 1
-    matrix[0, row, 4 + rules.ATTRIBUTES.index(attribute)] = 1
-    return rules.raven_sparse_batch(matrix, layout)[0]
-
-
-# ----------------------------------------------------------------------------------------------
 # Numbers behind the figures
 # ----------------------------------------------------------------------------------------------
 
@@ -166,28 +120,9 @@ def confusion_matrix(correct: Sequence[int] | np.ndarray, chosen: Sequence[int] 
     return out
 
 
-def per_rule_scores(true: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-rule precision, recall, F1 and support of binary predictions.
-
-    Args:
-        true: ``(N, R)`` 0/1 labels.
-        predicted: ``(N, R)`` 0/1 predictions (threshold probabilities first).
-
-    Returns:
-        ``{"precision", "recall", "f1": float64 (R,), "support": int64 (R,) positives in true}``; a score
-        whose denominator is 0 is NaN (undefined), not 0.
-    """
-    true, predicted = np.asarray(true).astype(bool), np.asarray(predicted).astype(bool)
-    if true.shape != predicted.shape or true.ndim != 2:
-        raise ValueError(f"per_rule_scores: true {true.shape} and predicted {predicted.shape} must be equal (N, R)")
-    tp = (true & predicted).sum(0).astype(float)
-    fp = (~true & predicted).sum(0).astype(float)
-    fn = (true & ~predicted).sum(0).astype(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
-        recall = np.where(tp + fn > 0, tp / (tp + fn), np.nan)
-        f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan)
-    return {"precision": precision, "recall": recall, "f1": f1, "support": true.sum(0).astype(np.int64)}
+#: Compact relation names for the 19 (relation, attribute) columns of the rule-frequency heatmap, whose
+#: columns are rule kinds regardless of component, not the slots of an encoding.
+_SHORT_RELATION = {"Constant": "Const", "Progression": "Prog", "Arithmetic": "Arith", "Distribute_Three": "Dist3"}
 
 
 def rule_frequencies(meta_matrices: np.ndarray,
@@ -308,7 +243,7 @@ def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[s
     Args:
         true: ``(N, R)`` 0/1 labels.
         predicted: ``(N, R)`` probabilities in [0, 1].
-        names: ``R`` slot names (``rule_names``).
+        names: ``R`` slot names (``RuleEncoding.slot_names``).
         only_used: drop slots that are 0 in ``true`` and < 0.5 in ``predicted`` for all shown problems.
     """
     true, predicted = np.asarray(true, float), np.asarray(predicted, float)
@@ -334,7 +269,7 @@ def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[s
 
 def plot_per_rule_f1(scores: Mapping[str, np.ndarray], names: Sequence[str], min_support: int = 1,
                      title: str | None = None) -> Figure:
-    """Horizontal bars of per-rule F1 (from ``per_rule_scores``) for rules with ``support >= min_support``."""
+    """Horizontal bars of per-rule F1 (from ``rpm_lib.training.metrics.per_rule_scores``) for rules with ``support >= min_support``."""
     f1, support = np.asarray(scores["f1"]), np.asarray(scores["support"])
     keep = np.flatnonzero(support >= min_support)
     fig, ax = plt.subplots(figsize=(6, max(2.5, 0.18 * len(keep) + 1)))
@@ -716,21 +651,6 @@ def plot_matrices(images: Mapping[str, np.ndarray], ncols: int = 4, title: str |
 # ----------------------------------------------------------------------------------------------
 # Rule vectors in words
 # ----------------------------------------------------------------------------------------------
-
-
-def decode_rules(vector: np.ndarray, layout: str, dataset: str = "iraven", threshold: float = 0.5) -> list[str]:
-    """Rules of a label / probability vector in words (entries > ``threshold`` are on).
-
-    ``layout`` is the run's resolved rule encoding (``dense``, ``sparse38``, ``sparse40``, ``sparse50``).
-    """
-    vector = np.asarray(vector, dtype=float)
-    if dataset == "pgm":
-        if layout == "dense":
-            return rules.decode_pgm_dense(vector, threshold)
-        return rules.decode_pgm_sparse(vector, threshold)
-    if layout == "dense":
-        return rules.decode_raven_dense(vector, threshold)
-    return rules.decode_raven_sparse(vector, layout, threshold)
 
 
 def compare_rules(true_rules: Sequence[str], predicted_rules: Sequence[str]) -> dict[str, list[str]]:

@@ -9,8 +9,8 @@ from rpm_lib import rules
 from rpm_lib.data.dataset import RpmDataset, Transform
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import check_regime, find_pgm_files
+from rpm_lib.rule_encodings import sparse_rule_encoding
 
-PGM_RULE_ENCODINGS: tuple[str, ...] = ("sparse50",)
 
 
 class PgmDataset(RpmDataset):
@@ -46,11 +46,7 @@ class PgmDataset(RpmDataset):
         num_views: int = 1,
         resize: str = "area",
     ) -> None:
-        if rule_encoding not in PGM_RULE_ENCODINGS:
-            raise ValueError(
-                f"unknown PGM rule_encoding {rule_encoding!r}; expected one of {list(PGM_RULE_ENCODINGS)} "
-                f"(the dense-12 label is always in sample['rules_dense'])"
-            )
+        self.rule_spec = sparse_rule_encoding(rule_encoding, "pgm")
         self.regime = check_regime(regime)
         super().__init__(
             root, split, [regime], lambda: find_pgm_files(root, [regime], [split]), image_size, rule_encoding,
@@ -59,7 +55,8 @@ class PgmDataset(RpmDataset):
 
     @property
     def rule_dim(self) -> int:
-        return rules.PGM_SPARSE_DIM
+        """Length of ``rules_sparse`` (50)."""
+        return self.rule_spec.width
 
     def _sparse(self, meta: np.ndarray) -> np.ndarray:
         try:

@@ -10,6 +10,7 @@ from rpm_lib import rules
 from rpm_lib.data.dataset import RpmDataset, Transform
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import find_raven_files, resolve_configurations
+from rpm_lib.rule_encodings import sparse_rule_encoding
 
 
 class RavenDataset(RpmDataset):
@@ -53,11 +54,7 @@ class RavenDataset(RpmDataset):
         num_views: int = 1,
         resize: str = "area",
     ) -> None:
-        if rule_encoding not in rules.RAVEN_SPARSE_DIMS:
-            raise ValueError(
-                f"unknown RAVEN rule_encoding {rule_encoding!r}; expected one of {list(rules.RAVEN_SPARSE_DIMS)} "
-                f"(the dense-9 label is always in sample['rules_dense'])"
-            )
+        self.rule_spec = sparse_rule_encoding(rule_encoding, "raven")
         folders = resolve_configurations(configurations)
         super().__init__(
             root, split, folders, lambda: find_raven_files(root, folders, [split]), image_size, rule_encoding,
@@ -67,7 +64,7 @@ class RavenDataset(RpmDataset):
     @property
     def rule_dim(self) -> int:
         """Length of ``rules_sparse`` (38 or 40)."""
-        return rules.RAVEN_SPARSE_DIMS[self.rule_encoding]
+        return self.rule_spec.width
 
     def _sparse(self, meta: np.ndarray) -> np.ndarray:
         try:

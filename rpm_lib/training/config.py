@@ -19,10 +19,13 @@ from typing import Any, Union
 
 import yaml
 
+from rpm_lib.rule_encodings import ENCODING_NAMES, RuleEncoding, default_sparse, rule_encoding
+
 #: The paper's training setups (see :mod:`rpm_lib.training.setups`).
 SETUP_NAMES: tuple[str, ...] = ("ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug")
-#: Rule encodings: ``auto`` picks dense for ``ce_aux_dense`` and the dataset's sparse code otherwise.
-RULE_ENCODINGS: tuple[str, ...] = ("auto", "dense", "sparse38", "sparse40", "sparse50")
+#: Rule encodings (:mod:`rpm_lib.rule_encodings`): ``auto`` picks dense for ``ce_aux_dense`` and the dataset's
+#: sparse code otherwise.
+RULE_ENCODINGS: tuple[str, ...] = ("auto", *ENCODING_NAMES)
 DATASETS: tuple[str, ...] = ("iraven", "pgm")
 #: Lightning precision strings accepted by the ``precision`` field (``auto``: bf16/fp16 mixed on GPU, fp32 on CPU).
 PRECISIONS: tuple[str, ...] = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
@@ -247,7 +250,12 @@ class TrainConfig:
             return self.rule_encoding
         if self.setup == "ce_aux_dense":
             return "dense"
-        return "sparse50" if self.dataset == "pgm" else "sparse38"
+        return default_sparse(self.dataset)
+
+    @property
+    def rule_spec(self) -> RuleEncoding:
+        """The run's rule encoding from the registry: width, sample key, encoder, decoder and slot names."""
+        return rule_encoding(self.resolved_rule_encoding, self.dataset)
 
     @property
     def resolved_augment(self) -> str:
@@ -297,10 +305,10 @@ class TrainConfig:
 
         spec = SETUPS[self.setup]
         encoding = self.resolved_rule_encoding
-        if self.dataset == "iraven" and encoding == "sparse50":
-            raise ConfigError("config field 'rule_encoding': sparse50 is the PGM code; use sparse38/sparse40/dense")
-        if self.dataset == "pgm" and encoding in ("sparse38", "sparse40"):
-            raise ConfigError(f"config field 'rule_encoding': {encoding} is a RAVEN code; PGM uses sparse50 or dense")
+        try:
+            rule_encoding(encoding, self.dataset)
+        except ValueError as error:
+            raise ConfigError(f"config field 'rule_encoding': {error}") from None
         if spec.rule_kind == "dense" and encoding != "dense":
             raise ConfigError(f"config field 'rule_encoding': setup {self.setup} needs dense rules, got {encoding}")
         if spec.rule_kind == "sparse" and encoding == "dense":

@@ -40,16 +40,6 @@ _SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 # ----------------------------------------------------------------------------------------------
 # datasets
 # ----------------------------------------------------------------------------------------------
-def rule_dim(config: TrainConfig) -> int:
-    """Length R of the rule vectors the config trains with (9 / 12 dense, 38 / 40 / 50 sparse)."""
-    encoding = config.resolved_rule_encoding
-    if encoding == "dense":
-        return len(rules.META_TARGET_FORMAT) if config.dataset == "iraven" else len(rules.PGM_META_TARGET_FORMAT)
-    if encoding == "sparse50":
-        return rules.PGM_SPARSE_DIM
-    return rules.RAVEN_SPARSE_DIMS[encoding]
-
-
 def group_names(config: TrainConfig) -> tuple[str, ...]:
     """Names of the sample key ``configuration``: RAVEN configuration folders or PGM regimes."""
     return rules.CONFIGURATIONS if config.dataset == "iraven" else rules.PGM_REGIMES
@@ -64,13 +54,12 @@ def make_dataset(config: TrainConfig, split: str, *, num_views: int = 1, transfo
     if not root.exists():
         raise ConfigError(f"config field 'data_root': {root} does not exist (set generate=true to create a small "
                           "I-RAVEN there, or point it at a dataset / cache)")
-    encoding = config.resolved_rule_encoding
+    layout = config.rule_spec.dataset_layout
     common = dict(image_size=config.image_size, answer_order=answer_order, seed=config.seed, transform=transform,
                   num_views=num_views)
     if config.dataset == "iraven":
-        layout = encoding if encoding in rules.RAVEN_SPARSE_DIMS else "sparse38"
         return RavenDataset(root, split, configurations=config.configurations, rule_encoding=layout, **common)
-    return PgmDataset(root, config.pgm_regime, split, rule_encoding="sparse50", **common)
+    return PgmDataset(root, config.pgm_regime, split, rule_encoding=layout, **common)
 
 
 class SeededSamples(Dataset):
@@ -201,7 +190,7 @@ class RpmDataModule(L.LightningDataModule):
         super().__init__()
         self.config = config
         self.plan = plan
-        self.rule_key = "rules_dense" if config.resolved_rule_encoding == "dense" else "rules_sparse"
+        self.rule_key = config.rule_spec.sample_key
         self.train_set: SeededSamples | None = None
         self.val_set: SeededSamples | None = None
 

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from rpm_lib.rules import SHORT_NAMES
 from rpm_lib.training.config import TrainConfig
-from rpm_lib.training.metrics import accuracy, accuracy_by_group, rule_metrics, rule_names
+from rpm_lib.training.metrics import accuracy, accuracy_by_group, rule_metrics
 
 
 @dataclasses.dataclass
@@ -135,6 +135,6 @@ def summarize(predictions: Predictions, config: TrainConfig, split: str) -> dict
     else:
         out[f"{split}_accuracy_per_regime"] = {name: v["accuracy"] for name, v in groups.items()}
     if p.rule_logits is not None:
-        names = rule_names(config.dataset, config.resolved_rule_encoding)
+        names = config.rule_spec.slot_names()
         out[f"{split}_rules"] = rule_metrics(p.rule_logits, p.rules, names)
     return out

@@ -97,12 +97,11 @@ def rule_metrics(logits: np.ndarray, targets: np.ndarray, names: Sequence[str] |
     truth = targets.astype(bool)
     # sigmoid(x) >= t  <=>  x >= logit(t); avoids overflow in exp for large logits.
     predicted = logits >= np.log(threshold / (1.0 - threshold))
+    scores = per_rule_scores(truth, predicted)
+    precision, recall, f1 = scores["precision"], scores["recall"], scores["f1"]
     tp = (predicted & truth).sum(axis=0)
     fp = (predicted & ~truth).sum(axis=0)
     fn = (~predicted & truth).sum(axis=0)
-    precision = _safe_divide(tp, tp + fp)
-    recall = _safe_divide(tp, tp + fn)
-    f1 = _safe_divide(2 * precision * recall, precision + recall)
     aps = [average_precision(logits[:, j], truth[:, j]) for j in range(num_rules)]
     valid_aps = [ap for ap in aps if not np.isnan(ap)]
     micro_p = _safe_divide(tp.sum(), tp.sum() + fp.sum())
@@ -128,33 +127,33 @@ def rule_metrics(logits: np.ndarray, targets: np.ndarray, names: Sequence[str] |
     }
 
 
+def per_rule_scores(true: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-rule precision, recall, F1 and support of binary predictions: the one convention for per-rule
+    scores (``metrics.json``, notebook 05, figures).
+
+    Args:
+        true: ``(N, R)`` 0/1 labels.
+        predicted: ``(N, R)`` 0/1 predictions (threshold probabilities first).
+
+    Returns:
+        ``{"precision", "recall", "f1": float64 (R,), "support": int64 (R,) positives in true,
+        "predicted": int64 (R,) positives in predicted}``. A score whose denominator is 0 (a rule never
+        predicted, or never present) is 0, as scikit-learn's ``zero_division=0`` does; ``support`` and
+        ``predicted`` tell such rules apart.
+    """
+    true, predicted = np.asarray(true).astype(bool), np.asarray(predicted).astype(bool)
+    if true.shape != predicted.shape or true.ndim != 2:
+        raise ValueError(f"per_rule_scores: true {true.shape} and predicted {predicted.shape} must be equal (N, R)")
+    tp = (true & predicted).sum(axis=0)
+    fp = (~true & predicted).sum(axis=0)
+    fn = (true & ~predicted).sum(axis=0)
+    precision = _safe_divide(tp, tp + fp)
+    recall = _safe_divide(tp, tp + fn)
+    return {"precision": precision, "recall": recall, "f1": _safe_divide(2 * precision * recall, precision + recall),
+            "support": true.sum(axis=0).astype(np.int64), "predicted": predicted.sum(axis=0).astype(np.int64)}
+
+
 def _safe_divide(numerator: Any, denominator: Any) -> Any:
     numerator = np.asarray(numerator, dtype=np.float64)
     denominator = np.asarray(denominator, dtype=np.float64)
     return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
-
-
-def rule_names(dataset: str, encoding: str) -> list[str]:
-    """Readable name of every slot of a rule encoding (``dataset`` iraven|pgm, ``encoding`` dense|sparse*)."""
-    from rpm_lib import rules
-
-    if encoding == "dense":
-        return list(rules.META_TARGET_FORMAT if dataset == "iraven" else rules.PGM_META_TARGET_FORMAT)
-    if dataset == "pgm":
-        dim = rules.PGM_SPARSE_DIM
-        decode = rules.decode_pgm_sparse
-        kwargs: dict[str, Any] = {}
-    else:
-        dim = rules.RAVEN_SPARSE_DIMS[encoding]
-        decode = rules.decode_raven_sparse
-        kwargs = {"layout": encoding}
-    names = []
-    for j in range(dim):
-        one_hot = np.zeros(dim, dtype=np.float32)
-        one_hot[j] = 1.0
-        try:
-            decoded = decode(one_hot, **kwargs)
-        except (ValueError, IndexError):  # a slot that no rule maps to (sparse40's Arithmetic-on-Type)
-            decoded = []
-        names.append(decoded[0] if decoded else f"unused_slot_{j}")
-    return names

@@ -35,7 +35,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning, read_history
 from rpm_lib.training.config import ConfigError, TrainConfig
-from rpm_lib.training.datamodule import RpmDataModule, rule_dim
+from rpm_lib.training.datamodule import RpmDataModule
 from rpm_lib.training.evaluation import predict, summarize
 from rpm_lib.training.module import RpmModule
 from rpm_lib.training.seeding import derive_seed
@@ -94,7 +94,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             dataclasses.replace(config, resume=False, overwrite=False).to_yaml(run_dir / "config.yaml")
         plans = stage_plan(config)
         torch.manual_seed(derive_seed(config.seed, "init"))
-        module = RpmModule(config, rule_dim(config))
+        module = RpmModule(config, config.rule_spec.width)
         progress = _read_json(run_dir / "progress.json") if config.resume else {}
         stages: dict[str, Any] = dict(progress.get("stages", {}))
         trainer: L.Trainer | None = None

@@ -139,18 +139,17 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
     """On CUDA, the second step runs under sync-debug mode "error"; on the CPU the same steps run (no host-device
     synchronisation exists there), so the test's own code cannot rot between GPU runs."""
     from rpm_lib.training.module import RpmModule
-    from rpm_lib.training.datamodule import rule_dim
     from rpm_lib.training.setups import stage_plan
 
     config = tiny_config(setup=setup)
-    module = RpmModule(config, rule_dim(config)).to(DEVICE)
+    module = RpmModule(config, config.rule_spec.width).to(DEVICE)
     module.set_stage(stage_plan(config)[0])
     views = SETUPS[setup].num_views
     side = config.image_size
     shape = (4, views, 16, side, side) if views > 1 else (4, 16, side, side)
     batch = {"panels": torch.randint(0, 256, shape, dtype=torch.uint8, device=DEVICE),
              "target": torch.tensor([0, 3, 7, 1], device=DEVICE),
-             "rules": (torch.rand(4, rule_dim(config), device=DEVICE) < 0.2).float()}
+             "rules": (torch.rand(4, config.rule_spec.width, device=DEVICE) < 0.2).float()}
     # One step first: the first call of each kernel may initialise libraries (cuDNN, cuBLAS) synchronously,
     # which costs once per process, not per step.
     to_backward, _value, _parts = module.stage_losses(batch)
@@ -171,16 +170,15 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
 
 
 def test_channels_last_training_and_its_auto_default(tiny_config: Callable[..., TrainConfig]) -> None:
-    from rpm_lib.training.datamodule import rule_dim
     from rpm_lib.training.module import RpmModule, resolve_memory_format
 
     config = tiny_config(setup="ce", memory_format="channels_last", accelerator=ACCELERATOR, devices=1, max_steps=1)
-    module = RpmModule(config, rule_dim(config))
+    module = RpmModule(config, config.rule_spec.width)
     weights = [p for p in module.encoder.parameters() if p.ndim == 4]
     assert weights and all(p.is_contiguous(memory_format=torch.channels_last) for p in weights)
     assert math.isfinite(train(config)["test_loss"])
     assert resolve_memory_format(TrainConfig(accelerator="auto")) == "channels_last"
     assert resolve_memory_format(TrainConfig(accelerator="cpu")) == "channels_last"
     assert resolve_memory_format(TrainConfig(accelerator="cpu", memory_format="contiguous")) == "contiguous"
-    contiguous = RpmModule(tiny_config(setup="ce", memory_format="contiguous"), rule_dim(config))
+    contiguous = RpmModule(tiny_config(setup="ce", memory_format="contiguous"), config.rule_spec.width)
     assert all(p.is_contiguous() for p in contiguous.encoder.parameters())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rpm_lib.training.metrics import accuracy, accuracy_by_group, average_precision, rule_metrics, rule_names
+from rpm_lib.training.metrics import accuracy, accuracy_by_group, average_precision, per_rule_scores, rule_metrics
 
 
 def test_accuracy_by_group() -> None:
@@ -63,11 +63,15 @@ def test_rule_metrics_on_a_hand_example() -> None:
         rule_metrics(logits[:, :2], targets)
 
 
-@pytest.mark.parametrize(("dataset", "encoding", "size"),
-                         [("iraven", "sparse38", 38), ("iraven", "sparse40", 40), ("iraven", "dense", 9),
-                          ("pgm", "sparse50", 50), ("pgm", "dense", 12)])
-def test_rule_names_cover_every_slot(dataset: str, encoding: str, size: int) -> None:
-    names = rule_names(dataset, encoding)
-    assert len(names) == size
-    assert len(set(names)) == size, "every slot gets its own readable name"
-    assert all(name and not name.startswith("unused_slot") for name in names)
+def test_per_rule_scores_by_hand() -> None:
+    true = np.array([[1, 0, 1], [1, 0, 0], [0, 0, 1]])
+    pred = np.array([[1, 1, 0], [0, 0, 0], [0, 0, 1]])
+    s = per_rule_scores(true, pred)
+    # rule 0: tp 1, fn 1 -> P 1, R 0.5, F1 2/3; rule 1: fp 1 only -> P 0, R 0 (no positives), F1 0
+    assert s["precision"][0] == 1.0 and s["recall"][0] == 0.5 and s["f1"][0] == pytest.approx(2 / 3)
+    assert (s["precision"][1], s["recall"][1], s["f1"][1]) == (0.0, 0.0, 0.0)
+    assert s["support"].tolist() == [2, 0, 2] and s["predicted"].tolist() == [1, 1, 1]
+    empty = per_rule_scores(np.zeros((2, 1)), np.zeros((2, 1)))
+    assert empty["f1"][0] == 0.0 and empty["support"][0] == 0 and empty["predicted"][0] == 0
+    with pytest.raises(ValueError, match="equal"):
+        per_rule_scores(true, pred[:, :2])
