@@ -19,7 +19,7 @@ would move objects between positions and break such rules.
 Recipes (``RECIPES``)
 ---------------------
 ``"official"``
-    The authors' pipeline (notes section 1.3), with probabilities as in their code: the whole pipeline runs
+    The authors' pipeline (docs/augmentation.md), with probabilities as in their code: the whole pipeline runs
     with p=0.5; inside it VerticalFlip, HorizontalFlip, RandomRotate90, Rotate (+-90 deg) and Transpose,
     each p=0.25; OneOf(p=0.25)[grid 2x2, grid 3x3]; OneOf(p=0.5)[roll both axes (weight 0.4),
     horizontal roll (0.3), vertical roll (0.3)]. One deliberate change: rotation fills the uncovered
@@ -163,7 +163,8 @@ POSITION_MOVING_NAMES: frozenset[str] = frozenset({"grid2", "grid3", "roll_v", "
 
 
 def _official_transforms() -> list[Any]:
-    """Children of the official pipeline (notes section 1.3); the pipeline itself runs with p=0.5."""
+    """Children of the official pipeline (docs/augmentation.md, "The official recipe"); the pipeline itself
+    runs with p=0.5."""
     return [
         *_position_preserving_transforms(),
         A.OneOf([_make_transform("grid2", 0.5), _make_transform("grid3", 0.5)], p=0.25),

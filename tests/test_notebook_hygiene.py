@@ -84,7 +84,7 @@ def test_widgets_are_optional_and_after_a_static_figure(path):
     first_figure = min(i for i, c in enumerate(cells) if "nbviz.show(" in c.source)
     for i in widget_cells:
         source = cells[i].source
-        assert source.startswith("# NBVAL_IGNORE_OUTPUT"), "widget output is not comparable (tooling notes §6)"
+        assert source.startswith("# NBVAL_IGNORE_OUTPUT"), "widget output is not comparable (docs/notebooks.md)"
         assert "if interactive" in source, "widgets must be behind the `interactive` parameter"
         assert i > first_figure, "draw a static figure before any widget so headless runs show it"
 

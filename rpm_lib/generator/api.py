@@ -1,4 +1,4 @@
-"""Public Python API of the built-in RAVEN / I-RAVEN generator (spec §2; levels, not pixels).
+"""Public Python API of the built-in RAVEN / I-RAVEN generator (docs/generator.md; levels, not pixels).
 
 Seeding: problem ``k`` of a configuration is drawn from its own stream
 ``np.random.default_rng(np.random.SeedSequence([seed, CONFIGURATIONS.index(configuration), k]))``, so a

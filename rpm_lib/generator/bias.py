@@ -1,4 +1,6 @@
-"""Context-blind bias probe (spec §2.6 "Bias" vs §2.7): can the answer be found from the 8 candidates alone?
+"""Context-blind bias probe: can the answer be found from the 8 candidates alone?
+
+See docs/generator.md, "Context-blind bias" (and "Original candidates (RAVEN)" vs "Balanced candidates (I-RAVEN)").
 
 The probe never looks at the context. For each candidate and each (component, attribute) -- Number (count),
 Position (occupied slot set), Type, Size and Color (sorted levels of the entities) -- it counts how many of the

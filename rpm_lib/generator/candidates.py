@@ -1,5 +1,5 @@
-"""Candidate answers: RAVEN's one-attribute distractors (spec §2.6) and I-RAVEN's attribute bisection tree
-(spec §2.7), plus the shared list of modifiable attributes (``sample_attr_avail``).
+"""Candidate answers: RAVEN's one-attribute distractors and I-RAVEN's attribute bisection tree, plus the
+shared list of modifiable attributes (``sample_attr_avail``). See docs/generator.md, "Candidate sets".
 
 Both generators start from the answer P33 and only change attributes whose change breaks a rule *visibly*:
 Number/Position always (where another value exists), Type/Size/Color when their rule is not Constant, or
@@ -131,7 +131,8 @@ def _number_bookkeeping(ranges: ComponentRanges) -> tuple[dict[int, int], dict[i
 def original_candidates(
     rules: list[Rule], ranges: list[ComponentRanges], answer: Panel, s: RandomStream
 ) -> tuple[list[Panel], int]:
-    """RAVEN's candidates (spec §2.6): the answer plus 7 copies with one attribute changed each, shuffled.
+    """RAVEN's candidates (docs/generator.md, "Original candidates (RAVEN)"): the answer plus 7 copies with one
+    attribute changed each, shuffled.
 
     Returns ``(candidates, target)``.
     """
@@ -270,7 +271,8 @@ def _apply_alternative(
 def balanced_candidates(
     rules: list[Rule], ranges: list[ComponentRanges], answer: Panel, s: RandomStream
 ) -> tuple[list[Panel], int, list[list[tuple[int, str]]]]:
-    """I-RAVEN's candidates (spec §2.7): corners of the cube over (up to) 3 modified attributes, shuffled.
+    """I-RAVEN's candidates (docs/generator.md, "Balanced candidates (I-RAVEN)"): corners of the cube over (up
+    to) 3 modified attributes, shuffled.
 
     Returns ``(candidates, target, modified)``; ``modified[k]`` lists the (component, attribute) pairs
     changed on candidate k's tree path (``[]`` for the answer), as the .xml ``Modified_attributes``.

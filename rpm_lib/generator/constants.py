@@ -96,7 +96,7 @@ CONFIG_SPECS: dict[str, ConfigurationSpec] = {
 }
 
 # ------------------------------------------------------------------------------------------------
-# Rule menu (spec §2.1 RULE_ATTR) -- added for the sampler.
+# Rule menu (docs/generator.md, "Rule menu") -- added for the sampler.
 # ------------------------------------------------------------------------------------------------
 
 #: The 4 rule groups of a component, in ``meta_matrix`` row order.
@@ -134,10 +134,12 @@ RULE_MENU: tuple[tuple[tuple[str, str, tuple[int, ...]], ...], ...] = (
     ),
 )
 
-#: Highest Color level (black); the Arithmetic-Color "white alarm" tests against it (spec §2.5).
+#: Highest Color level (black); the Arithmetic-Color "white alarm" tests against it (docs/generator.md,
+#: "Rules on Type, Size and Color").
 COLOR_MAX_LEVEL: int = len(COLOR_VALUES) - 1
 
-#: Size levels that the reference renderer (spec §2.10) draws pixel-identically, per (layout, Type level), as
+#: Size levels that the reference renderer (docs/generator.md, "Rendering") draws pixel-identically, per
+#: (layout, Type level), as
 #: ``{size level: representative size level}``. A square's half side is ``int(unit / 2 * sqrt(2) * size)`` px;
 #: in the 12 px In_Distribute_Four slots sizes 0.6 and 0.7 both give 5 px. This is the only such pair over all
 #: layouts, types and angles (checked against ``render`` in tests/generator/test_candidates.py). The

@@ -1,4 +1,5 @@
-"""The label arrays of a RAVEN / I-RAVEN .npz (spec §3.2), computed from a ``Problem``.
+"""The label arrays of a RAVEN / I-RAVEN .npz (docs/data-formats.md, "RAVEN .npz keys"), computed from a
+``Problem``.
 
 ``meta_matrix`` (8, 9) uint8: row ``4 * component + group`` (group 0 Number/Position, 1 Type, 2 Size,
 3 Color), a one-hot relation in columns 0..3 (Constant, Progression, Arithmetic, Distribute_Three) and

@@ -1,4 +1,4 @@
-"""Rendering of RAVEN / I-RAVEN panels, bit-exact with the reference generators (spec §2.10).
+"""Rendering of RAVEN / I-RAVEN panels, bit-exact with the reference generators (docs/generator.md, "Rendering").
 
 A panel is 160x160 uint8, white (255) background. Each entity is drawn with OpenCV on its own zero
 "layer" (fill value ``255 - COLOR_VALUES[color]``, outline 255, thickness 2), rotated about its centre
@@ -14,8 +14,9 @@ shortcuts are checked against the full-size reference drawing (``reference_entit
 possible entity in ``tests/generator/test_render.py``, and the whole renderer against the stored
 reference panels (2,240 of 2,240 equal).
 
-The .xml annotations of an entity (``real_bbox`` and the run-length ``mask``, spec §3.3) are computed
-here too and cached per (slot bbox, type, size, angle): ``entity_annotation``.
+The .xml annotations of an entity (``real_bbox`` and the run-length ``mask``, docs/data-formats.md,
+"Entity annotations") are computed here too and cached per (slot bbox, type, size, angle):
+``entity_annotation``.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ SPRITE_CACHE_BYTES = 192 * 2**20
 
 
 # ---------------------------------------------------------------------------------------------------
-# Geometry (spec §2.10; every coordinate is an int, ``int()`` truncates toward zero)
+# Geometry (docs/generator.md, "Rendering"; every coordinate is an int, ``int()`` truncates toward zero)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -170,7 +171,7 @@ def _draw_shape(layer: np.ndarray, geometry: EntityGeometry, fill: int, offset: 
 
 
 def reference_entity_layer(bbox: BBox, type_level: int, size_level: int, fill: int, angle_level: int) -> np.ndarray:
-    """The reference drawing: a full 160x160 uint8 layer, always warped (spec §2.10, no shortcuts).
+    """The reference drawing: a full 160x160 uint8 layer, always warped (docs/generator.md "Rendering", no shortcuts).
 
     ``fill`` is the layer value of the interior (``255 - COLOR_VALUES[color]``; 0 = outline only;
     255 = the fully filled shape used for the .xml mask). Used to verify the fast path.
@@ -362,7 +363,7 @@ def render_problem(problem: Problem) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------
-# .xml annotations: real_bbox and mask RLE (spec §3.3)
+# .xml annotations: real_bbox and mask RLE (docs/data-formats.md, "Entity annotations")
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,6 @@
-"""Matrix (row) generation: the 3x3 panels of a problem from its rules (spec §2.3 and §2.5).
+"""Matrix (row) generation: the 3x3 panels of a problem from its rules.
+
+See docs/generator.md, "The first panel", "Row generation" and "Quirks kept on purpose".
 
 Per component (components never interact, so each is generated on its own):
 

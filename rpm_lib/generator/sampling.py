@@ -1,11 +1,13 @@
-"""Rule sampling and constraint pruning (spec §2.4), plus the buffered random stream the sampler uses.
+"""Rule sampling and constraint pruning, plus the buffered random stream the sampler uses.
+
+See docs/generator.md, "Rule sampling and pruning".
 
 The reference generator draws a whole rule set (number of components, then one menu entry and parameter per
 component and rule group) and rejects it when the component count is wrong or a rule cannot be executed
 from the layout's ranges. Feasibility factorises over (component, rule group), so the accepted distribution
 is: independently per (component, group), the menu weight ``1/len(entries) * 1/len(params)`` restricted to
 feasible entries and renormalised. :func:`rule_table` derives exactly that table from the pruning rules
-(:func:`prune_range`, spec §2.4 pruning table) -- no rejection loop at sampling time.
+(:func:`prune_range`, docs/generator.md "Pruning table") -- no rejection loop at sampling time.
 
 Deliberate deviation: the reference consumes numpy's legacy global RNG in a particular call order; here every
 draw comes from the caller's ``np.random.Generator`` through :class:`RandomStream` (blocks of uniform floats
@@ -94,7 +96,8 @@ class RandomStream:
 
 @dataclass(frozen=True)
 class ComponentRanges:
-    """Pruned, inclusive level ranges of one component's first panel (spec §2.4 "start").
+    """Pruned, inclusive level ranges of one component's first panel (the "start" ranges of docs/generator.md,
+    "Resulting rule distributions").
 
     ``layout`` keeps the unpruned ranges (``constants.LAYOUTS``); Arithmetic rules and the candidate
     generators need both.
@@ -127,7 +130,7 @@ def prune_range(name: str, attr: str, value: int, low: int, high: int) -> tuple[
     """Narrow a first-panel level range so that rule ``(name, attr, value)`` can be executed.
 
     ``attr`` is the governed attribute (``"Number"``/``"Position"`` act on the Number range). Returns the new
-    ``(low, high)``; the rule is infeasible when ``low > high``. Implements the pruning table of spec §2.4
+    ``(low, high)``; the rule is infeasible when ``low > high``. Implements docs/generator.md, "Pruning table"
     (Python 2 ``/`` on ints is floor division, hence ``//``).
     """
     if name == "Constant":

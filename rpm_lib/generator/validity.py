@@ -1,4 +1,5 @@
-"""Validity checker: which candidates satisfy every rule of a RAVEN / I-RAVEN problem (spec §2.5).
+"""Validity checker: which candidates satisfy every rule of a RAVEN / I-RAVEN problem (docs/generator.md,
+"Row generation").
 
 Works from what a file stores -- panel attributes (levels) and rule *names and attributes* -- so it runs on
 generated problems and on problems parsed from reference .xml files alike. Rule parameters are inferred
@@ -6,7 +7,7 @@ from the context: Progression steps from rows 1-2, Arithmetic signs from the row
 unambiguous, Distribute_Three value triples (counts, position sets or levels) from row 1. ``Rule.value`` is
 ignored.
 
-Only what the generator makes visible is checked (spec §2.5 "Consequences"):
+Only what the generator makes visible is checked (docs/generator.md, "Visible and hidden attributes"):
 
 - Number/Position rules on Number (and Arithmetic on Position) constrain counts (sets) only; positions and
   non-uniform entities are random there.

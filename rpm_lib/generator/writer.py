@@ -1,11 +1,12 @@
-"""Writing generated problems to disk in the released RAVEN / I-RAVEN layout (spec §3.1-3.3).
+"""Writing generated problems to disk in the released RAVEN / I-RAVEN layout (docs/data-formats.md).
 
 ``<root>/<configuration>/RAVEN_<k>_<split>.npz`` (+ ``.xml``), split by ``k % 10``: 0-5 train, 6-7 val,
 8-9 test. The .npz holds ``target, predict, image, meta_matrix, meta_structure, meta_target, structure``
 (the reference's key order) in ``np.savez``'s uncompressed format. Two deliberate differences from
 ``np.savez``: the zip entries carry a fixed timestamp (1980-01-01) so that equal problems give
 byte-identical files, and ``predict`` is ``target`` (the reference generators' heuristic solver chose the
-target in all 2,240 problems checked, spec §2.9, so the solver is not re-implemented).
+target in all 2,240 problems checked, so the solver is not re-implemented; docs/generator.md, "Deliberate
+differences from the reference generators").
 
 Crash safety and resuming: each file is written to a hidden temporary name in the same folder and
 moved into place with ``os.replace`` - the .npz first, the .xml last - so a file under its final name

@@ -1,4 +1,5 @@
-"""The RAVEN / I-RAVEN .xml annotation file (spec §3.3): write from and read into a ``Problem``.
+"""The RAVEN / I-RAVEN .xml annotation file (docs/data-formats.md, "The .xml annotation file"): write from
+and read into a ``Problem``.
 
 The writer produces exactly the bytes of the reference generators (Python 2 ``ElementTree.tostring``:
 one line, no declaration, attributes in alphabetical order, ``" />"`` for empty elements); the per-entity

@@ -1,4 +1,4 @@
-"""Candidate answers: I-RAVEN's cube (spec §2.7) and RAVEN's one-attribute distractors (spec §2.6)."""
+"""Candidate answers: I-RAVEN's cube and RAVEN's one-attribute distractors (docs/generator.md, "Candidate sets")."""
 from __future__ import annotations
 
 import gc
@@ -58,7 +58,8 @@ def differing_attributes(a: ComponentPanel, b: ComponentPanel) -> set[str]:
 
 
 def test_answer_index_is_uniform_and_balanced_case_mix() -> None:
-    """Streams 2 x 7 x 2,000 problems: answer index uniform (chi-square); I-RAVEN case mix of spec §2.7."""
+    """Streams 2 x 7 x 2,000 problems: answer index uniform (chi-square); I-RAVEN case mix (docs/generator.md,
+    "Balanced candidates (I-RAVEN)")."""
     case_mix = {c: Counter() for c in CONFIGURATIONS}
     for mode in ("balanced", "original"):
         targets = Counter()
@@ -75,7 +76,7 @@ def test_answer_index_is_uniform_and_balanced_case_mix() -> None:
         else:  # 2 (rarely 1) attributes only when a grid offers few modifiable attributes: ~6%
             assert 0.03 < (mix[2] + mix[1]) / PER_CONFIGURATION < 0.10, (configuration, mix)
     share_of_three = sum(m[3] for m in case_mix.values()) / (PER_CONFIGURATION * len(CONFIGURATIONS))
-    assert 0.97 < share_of_three < 0.995  # spec: ~98%
+    assert 0.97 < share_of_three < 0.995  # docs/generator.md: about 98 %
 
 
 def test_balanced_modified_lists_form_the_cube(balanced) -> None:

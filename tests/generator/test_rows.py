@@ -1,4 +1,5 @@
-"""Row generation (spec §2.3, §2.5): ranges, entity copying/regeneration, consistency, and the stateful quirks."""
+"""Row generation (docs/generator.md, "Row generation"): ranges, entity copying/regeneration, consistency, and
+the stateful quirks."""
 from __future__ import annotations
 
 from collections import Counter
@@ -171,7 +172,8 @@ def test_arithmetic_number_and_size(sign: int) -> None:
             (z1,), (z2,), (z3,) = (levels(p, "size") for p in (p1, p2, p3))
             assert z3 == z1 + sign * (z2 + 1)
             seen_sizes[(z1, z2, z3)] += 1
-    # In_Distribute_Four (sizes 2..5) leaves exactly one admissible Arithmetic row (spec §2.4)
+    # In_Distribute_Four (sizes 2..5) leaves exactly one admissible Arithmetic row (docs/generator.md,
+    # "Resulting rule distributions")
     assert set(seen_sizes) == ({(2, 2, 5)} if sign > 0 else {(5, 2, 2)})
 
 

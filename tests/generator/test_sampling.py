@@ -1,4 +1,5 @@
-"""Rule sampling (spec §2.4): exact conditional tables, pruned start ranges, and chi-square fidelity of draws."""
+"""Rule sampling (docs/generator.md, "Rule sampling and pruning"): exact conditional tables, pruned start
+ranges, and chi-square fidelity of draws."""
 from __future__ import annotations
 
 from collections import Counter
@@ -14,7 +15,8 @@ from rpm_lib.generator.problem import Rule
 from rpm_lib.generator.sampling import RandomStream, prune_range, pruned_ranges, rule_table, sample_rules
 from rpm_lib.rules import CONFIGURATIONS
 
-# --- spec §2.4, written out by hand: {(relation, attribute, parameter): (probability, start range)} -------
+# --- docs/generator.md "Resulting rule distributions", written out by hand:
+# {(relation, attribute, parameter): (probability, start range)} ---------------------------------------------
 
 _SINGLE_NP = {("Constant", "Number/Position", 0): (F(1), (0, 0))}
 _GRID4_NP = {
@@ -147,7 +149,7 @@ def test_sampled_rule_frequencies_match_spec(configuration: str) -> None:
             c, g = divmod(i, 4)
             assert rule.component == c
             counts[c][g][(rule.name, rule.attr, rule.value)] += 1
-            # the returned start range is the one of the spec table for the sampled rule
+            # the returned start range is the one of the hand-written table for the sampled rule
             start = SPEC_TABLES[layouts[c]][g][(rule.name, rule.attr, rule.value)][1]
             assert (ranges[c].number, ranges[c].type, ranges[c].size, ranges[c].color)[g] == start
     for c, layout in enumerate(layouts):
