@@ -163,26 +163,6 @@ def answer_position_counts(targets: Sequence[int] | np.ndarray, num_choices: int
     return np.bincount(targets, minlength=num_choices)
 
 
-def read_history(path: str | Path) -> dict[str, np.ndarray]:
-    """Columns of a ``history.csv`` as float arrays (empty cells -> NaN; non-numeric columns kept as str)."""
-    path = Path(path)
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames is None:
-            raise ValueError(f"{path}: empty history file (no header)")
-        raw: dict[str, list[str]] = {k: [] for k in reader.fieldnames}
-        for row in reader:
-            for k in raw:
-                raw[k].append(row.get(k) or "")
-    out: dict[str, np.ndarray] = {}
-    for k, values in raw.items():
-        try:
-            out[k] = np.array([float(v) if v != "" else np.nan for v in values])
-        except ValueError:
-            out[k] = np.array(values, dtype=object)
-    return out
-
-
 # ----------------------------------------------------------------------------------------------
 # Figures
 # ----------------------------------------------------------------------------------------------
@@ -314,7 +294,7 @@ def history_x(history: Mapping[str, np.ndarray]) -> tuple[np.ndarray, str, list[
 
 
 def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) -> Figure:
-    """Loss curves (left) and accuracy curves (right) from ``read_history`` columns.
+    """Loss curves (left) and accuracy curves (right) from ``rpm_lib.training.history.history_columns``.
 
     Columns containing ``loss`` go left, columns containing ``acc`` right; the x axis counts epochs across
     stages (``history_x``) with a dashed line and the stage name where each stage starts. NaN points

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES
+from rpm_lib.training.setups import SETUPS
 
 #: Table 1 configuration columns, in the paper's order (``Center`` .. ``O-IG``).
 CONFIGURATION_COLUMNS: tuple[str, ...] = tuple(SHORT_NAMES[c] for c in CONFIGURATIONS)
 
-#: The paper's training setups (Table 1 row names).
-SETUPS: tuple[str, ...] = ("CE", "CE+AUX-dense", "CE+AUX-sparse", "MLCL", "MLCL+AUG")
+#: The paper's training setups (Table 1 row names), from the setup registry.
+SETUP_LABELS: tuple[str, ...] = tuple(spec.label for spec in SETUPS.values())
 
 #: Encoder registry names -> the paper's spelling.
 ENCODER_NAMES: dict[str, str] = {"scl": "SCL", "hrinet": "HriNet", "copinet": "CoPINet", "wren": "WReN"}
@@ -44,7 +45,7 @@ class PaperRow:
 
     Attributes:
         encoder: paper spelling, e.g. ``"SCL"``.
-        setup: one of ``SETUPS`` or ``LITERATURE``.
+        setup: one of ``SETUP_LABELS`` or ``LITERATURE``.
         average: "Average" column.
         std: "± Std" over 4 seeds; ``None`` for literature rows.
         per_configuration: short configuration name (``CONFIGURATION_COLUMNS``) -> accuracy.
@@ -100,7 +101,7 @@ def _squash(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-_SETUP_BY_SQUASHED = {_squash(s): s for s in SETUPS}
+_SETUP_BY_SQUASHED = {_squash(s): s for s in SETUP_LABELS}
 _ENCODER_BY_SQUASHED = {_squash(k): v for k, v in ENCODER_NAMES.items()}
 
 
@@ -317,7 +318,7 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 def _order_key(encoder: str, setup: str) -> tuple[int, int, str, str]:
     encoders = list(ENCODER_NAMES.values())
     e = encoders.index(encoder) if encoder in encoders else len(encoders)
-    s = SETUPS.index(setup) if setup in SETUPS else len(SETUPS)
+    s = SETUP_LABELS.index(setup) if setup in SETUP_LABELS else len(SETUP_LABELS)
     return (e, s, encoder, setup)
 
 

@@ -164,19 +164,49 @@ PgmTriple = tuple[str, str, str]
 
 
 def resolve_configuration(name: str) -> str:
-    """Folder name of a RAVEN configuration given its folder name or the paper's short name.
+    """Folder name of a RAVEN configuration given its folder name or the paper's short name (any case).
 
     Raises ``ValueError`` for an unknown name (the message lists the valid ones).
     """
     if name in CONFIGURATIONS:
         return name
     for folder, short in SHORT_NAMES.items():
-        if name == short:
+        if str(name).lower() in (short.lower(), folder):
             return folder
     raise ValueError(
         f"unknown RAVEN configuration {name!r}; expected one of {list(CONFIGURATIONS)} "
         f"or a short name {list(SHORT_NAMES.values())}"
     )
+
+
+def resolve_configurations(names: str | Sequence[str] | None, allow_duplicates: bool = True) -> list[str]:
+    """Folder names, in the given order, for a list of folder or short names: the one resolver behind the
+    configuration field, the datasets and ``rpm-generate --configurations``.
+
+    Args:
+        names: ``None`` or ``"all"`` (all 7 in ``CONFIGURATIONS`` order), a comma-separated string, or a list.
+        allow_duplicates: a name given twice is kept once; with ``False`` it is an error instead.
+
+    Raises:
+        ValueError: an unknown name, a duplicate (when not allowed), or an empty list.
+    """
+    if names is None:
+        return list(CONFIGURATIONS)
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    names = list(names)
+    if names == ["all"]:
+        return list(CONFIGURATIONS)
+    out: list[str] = []
+    for name in names:
+        folder = resolve_configuration(name)
+        if folder in out and not allow_duplicates:
+            raise ValueError(f"configuration {name!r} is listed twice")
+        if folder not in out:
+            out.append(folder)
+    if not out:
+        raise ValueError("empty list of configurations (use 'all' or null for all 7)")
+    return out
 
 
 def _binary_array(array: np.ndarray | Sequence, name: str, ndim: int, width: int) -> np.ndarray:

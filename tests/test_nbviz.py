@@ -12,6 +12,7 @@ from pathlib import Path  # noqa: E402
 
 from rpm_lib import nbviz, rules  # noqa: E402
 from rpm_lib.results import AblationPoint, PAPER_TABLE1, Table1Row  # noqa: E402
+from rpm_lib.training.history import history_columns  # noqa: E402
 from rpm_lib.training.metrics import per_rule_scores  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def test_read_history_and_plot(tmp_path):
     path = tmp_path / "history.csv"
     path.write_text("epoch,stage,train_loss,val_loss,val_accuracy\n0,supervised,2.0,,\n0,supervised,,1.9,0.2\n"
                     "1,supervised,1.5,1.7,0.3\n")
-    h = nbviz.read_history(path)
+    h = history_columns(path)
     assert h["train_loss"][0] == 2.0 and np.isnan(h["train_loss"][1]) and h["stage"][0] == "supervised"
     fig = nbviz.plot_history(h)
     left, right = fig.axes

@@ -67,21 +67,10 @@ def check_regime(regime: str) -> str:
 
 def resolve_configurations(configurations: Sequence[str] | str | None) -> list[str]:
     """Folder names for folder or short names (None: all 7, in ``rules.CONFIGURATIONS`` order)."""
-    if configurations is None:
-        return list(rules.CONFIGURATIONS)
-    if isinstance(configurations, str):
-        configurations = [configurations]
-    out = []
-    for name in configurations:
-        try:
-            folder = rules.resolve_configuration(name)
-        except ValueError as error:
-            raise DataFormatError(str(error)) from None
-        if folder not in out:
-            out.append(folder)
-    if not out:
-        raise DataFormatError("empty list of configurations")
-    return out
+    try:
+        return rules.resolve_configurations(configurations)
+    except ValueError as error:
+        raise DataFormatError(str(error)) from None
 
 
 def _check_root(root: Path) -> None:

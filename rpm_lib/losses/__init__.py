@@ -9,27 +9,23 @@ function                   module                         inputs
 :func:`copinet_contrast_loss` :class:`CopinetContrastLoss` scores (B, 8), target (B,)
 ========================== ============================== ==================================
 
-``LOSSES`` maps a config name to the module class.
+``ANSWER_LOSSES`` maps the config field ``answer_loss`` to its function.
 """
 from __future__ import annotations
-
-from torch import nn
 
 from rpm_lib.losses.copinet_contrast import CopinetContrastLoss, copinet_contrast_loss
 from rpm_lib.losses.cross_entropy import AnswerCrossEntropy, answer_cross_entropy
 from rpm_lib.losses.mlcl import NEGATIVE_MODES, NUMERICS, MLCLLoss, mlcl_loss, split_completions
 from rpm_lib.losses.rule import RuleLoss, rule_loss
 
-#: Registry: config name -> loss module class.
-LOSSES: dict[str, type[nn.Module]] = {
-    "mlcl": MLCLLoss,
-    "rule": RuleLoss,
-    "cross_entropy": AnswerCrossEntropy,
-    "copinet_contrast": CopinetContrastLoss,
+#: Registry of answer losses, config field ``answer_loss`` -> ``loss(scores (B, 8), target (B,)) -> scalar``.
+ANSWER_LOSSES = {
+    "ce": answer_cross_entropy,
+    "copinet_contrast": copinet_contrast_loss,
 }
 
 __all__ = [
-    "LOSSES",
+    "ANSWER_LOSSES",
     "NEGATIVE_MODES",
     "NUMERICS",
     "mlcl_loss",

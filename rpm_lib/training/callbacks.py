@@ -10,8 +10,7 @@ from typing import Any
 
 import lightning as L
 
-#: Columns of ``history.csv`` (one row per stage and epoch).
-HISTORY_COLUMNS: tuple[str, ...] = ("stage", "epoch", "step", "train_loss", "val_loss", "val_accuracy", "lr")
+from rpm_lib.training.history import HISTORY_COLUMNS, history_rows
 
 
 class HistoryCallback(L.Callback):
@@ -29,7 +28,7 @@ class HistoryCallback(L.Callback):
         self.rows: list[dict[str, Any]] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        existing = read_history(self.path)
+        existing = history_rows(self.path)
         self.rows = [r for r in existing
                      if not (r["stage"] == self.stage and int(r["epoch"]) >= trainer.current_epoch)]
         if trainer.is_global_zero:
@@ -59,15 +58,6 @@ class HistoryCallback(L.Callback):
             writer.writeheader()
             writer.writerows(self.rows)
         tmp.replace(self.path)
-
-
-def read_history(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``history.csv`` as dicts of strings ([] when the file does not exist)."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _number(value: Any) -> float | str:

@@ -19,10 +19,11 @@ from typing import Any, Union
 
 import yaml
 
+from rpm_lib.heads import RULE_POOLINGS
+from rpm_lib.losses import ANSWER_LOSSES, NEGATIVE_MODES, NUMERICS
 from rpm_lib.rule_encodings import ENCODING_NAMES, RuleEncoding, default_sparse, rule_encoding
+from rpm_lib.training.setups import SETUPS
 
-#: The paper's training setups (see :mod:`rpm_lib.training.setups`).
-SETUP_NAMES: tuple[str, ...] = ("ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug")
 #: Rule encodings (:mod:`rpm_lib.rule_encodings`): ``auto`` picks dense for ``ce_aux_dense`` and the dataset's
 #: sparse code otherwise.
 RULE_ENCODINGS: tuple[str, ...] = ("auto", *ENCODING_NAMES)
@@ -96,13 +97,13 @@ class TrainConfig:
                                             "taken from the image_size field)", "model")
     rule_pooling: str = _field("mean", "rule head pooling over the 8 completions: mean (answer-order invariant; "
                                "the default because answers are shuffled) or concat (order-dependent, as in the "
-                               "released MLCL code)", "model", choices=("mean", "concat"))
+                               "released MLCL code)", "model", choices=RULE_POOLINGS)
     projection_dim: int = _field(128, "output size of the MLCL projection head", "model", minimum=1)
 
     # --- objective -------------------------------------------------------------------------------
     setup: str = _field("mlcl", "training setup: ce, ce_aux_dense, ce_aux_sparse, mlcl (contrastive "
                         "pre-training + linear evaluation), mlcl_aug (mlcl with two augmented views)",
-                        "objective", choices=SETUP_NAMES)
+                        "objective", choices=tuple(SETUPS))
     beta: float = _field(10.0, "weight of the auxiliary rule loss (0 disables the rule head)", "objective",
                          minimum=0.0)
     gamma: float = _field(1.0, "weight of the multi-label contrastive loss (mlcl setups; 0 disables it)",
@@ -110,13 +111,13 @@ class TrainConfig:
     temperature: float = _field(0.07, "MLCL temperature tau", "objective", exclusive_minimum=0.0)
     negatives: str = _field("batch", "MLCL extra negatives (wrong completions): batch (all in the batch), own "
                             "(the anchor's own RPM), none (ablation)", "objective",
-                            choices=("batch", "own", "none"))
+                            choices=NEGATIVE_MODES)
     mlcl_numerics: str = _field("paper", "MLCL log-sum-exp: paper (one shared normaliser) or official "
                                 "(the released code's two-max variant)", "objective",
-                                choices=("paper", "official"))
+                                choices=NUMERICS)
     answer_loss: str = _field("ce", "answer loss on the scoring head: ce (paper) or copinet_contrast (BCE on "
                               "one-hot, as the CoPINet release)", "objective",
-                              choices=("ce", "copinet_contrast"))
+                              choices=tuple(ANSWER_LOSSES))
     augment: str = _field("auto", "augmentation recipe of rpm_lib.augment for training views: auto "
                           "(official for mlcl_aug, none otherwise), none, or a recipe name", "objective")
 
@@ -301,8 +302,6 @@ class TrainConfig:
             self.precision = "32-true"
 
     def _check_cross_field(self) -> None:
-        from rpm_lib.training.setups import SETUPS
-
         spec = SETUPS[self.setup]
         encoding = self.resolved_rule_encoding
         try:
@@ -482,22 +481,19 @@ def normalise_configurations(names: list[str]) -> list[str]:
     Raises:
         ConfigError: an unknown name or a duplicate.
     """
-    from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES
+    from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES, resolve_configuration, resolve_configurations
 
-    by_short = {short.lower(): folder for folder, short in SHORT_NAMES.items()}
-    out: list[str] = []
     for name in names:
-        folder = name if name in CONFIGURATIONS else by_short.get(str(name).lower())
-        if folder is None:
+        try:
+            resolve_configuration(name)
+        except ValueError:
             options = list(CONFIGURATIONS) + list(SHORT_NAMES.values())
             raise ConfigError(f"config field 'configurations': unknown configuration {name!r}{_suggest(name, options)}"
-                              f"; known: {', '.join(SHORT_NAMES.values())}")
-        if folder in out:
-            raise ConfigError(f"config field 'configurations': {name!r} is listed twice")
-        out.append(folder)
-    if not out:
-        raise ConfigError("config field 'configurations': empty list (use null for all 7)")
-    return out
+                              f"; known: {', '.join(SHORT_NAMES.values())}") from None
+    try:
+        return resolve_configurations(names, allow_duplicates=False)
+    except ValueError as error:
+        raise ConfigError(f"config field 'configurations': {error}") from None
 
 
 def _check_known(field: str, what: str, value: str, known: list[str], extra: str = "") -> None:

@@ -23,7 +23,7 @@ from torch import nn
 
 from rpm_lib.encoders import create_encoder
 from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
-from rpm_lib.losses import answer_cross_entropy, copinet_contrast_loss, rule_loss, split_completions
+from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.distributed import gathered_mlcl_loss
 from rpm_lib.training.seeding import derive_seed
@@ -176,10 +176,7 @@ class RpmModule(L.LightningModule):
         value = embeddings.new_zeros((), dtype=torch.float32)
         if plan.answer_weight > 0:
             scores = self.scoring_head(embeddings).float()
-            if self.config.answer_loss == "copinet_contrast":
-                answer = copinet_contrast_loss(scores, target)
-            else:
-                answer = answer_cross_entropy(scores, target)
+            answer = ANSWER_LOSSES[self.config.answer_loss](scores, target)
             parts["answer"] = answer.detach()
             parts["accuracy"] = (scores.argmax(dim=1) == target).float().mean()
             to_backward = to_backward + plan.answer_weight * answer

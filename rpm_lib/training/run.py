@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning, read_history
+from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
 from rpm_lib.training.evaluation import predict, summarize
@@ -214,7 +215,7 @@ def _best_epoch_accuracy(run_dir: Path, stage: str) -> float | None:
     ``None`` when the stage has no answer accuracy (pre-training) or no history. With several stages that train
     the scoring head (linear evaluation, then fine-tuning) this keeps each stage's own result in ``metrics.json``.
     """
-    rows = [r for r in read_history(run_dir / "history.csv")
+    rows = [r for r in history_rows(run_dir / "history.csv")
             if r.get("stage") == stage and r.get("val_loss") and r.get("val_accuracy")]
     if not rows:
         return None

@@ -1,12 +1,13 @@
 """answer_cross_entropy and CoPINet's contrast loss over the 8 answer scores."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from rpm_lib.losses import (LOSSES, AnswerCrossEntropy, CopinetContrastLoss, answer_cross_entropy,
+from rpm_lib.losses import (ANSWER_LOSSES, AnswerCrossEntropy, CopinetContrastLoss, answer_cross_entropy,
                             copinet_contrast_loss)
 
 
@@ -44,9 +45,12 @@ def test_contrast_and_cross_entropy_differ() -> None:
     assert copinet_contrast_loss(scores + 3.0, target).item() != pytest.approx(copinet_contrast_loss(scores, target).item())
 
 
-def test_registry_names() -> None:
-    assert LOSSES["cross_entropy"] is AnswerCrossEntropy
-    assert LOSSES["copinet_contrast"] is CopinetContrastLoss
+def test_the_answer_loss_registry_is_the_config_vocabulary() -> None:
+    from rpm_lib.training.config import TrainConfig
+
+    assert ANSWER_LOSSES == {"ce": answer_cross_entropy, "copinet_contrast": copinet_contrast_loss}
+    field = next(f for f in dataclasses.fields(TrainConfig) if f.name == "answer_loss")
+    assert field.metadata["choices"] == tuple(ANSWER_LOSSES)
 
 
 @pytest.mark.parametrize("loss_fn", [answer_cross_entropy, copinet_contrast_loss])

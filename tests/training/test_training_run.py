@@ -15,7 +15,7 @@ import torch
 
 from rpm_lib.encoders import list_encoders
 from rpm_lib.training import cli
-from rpm_lib.training.callbacks import read_history
+from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.run import train
 from rpm_lib.training.setups import SETUPS
@@ -223,7 +223,7 @@ def test_finetune_stage_trains_the_encoder(tiny_config: Callable[..., TrainConfi
     assert not torch.equal(watch.encoder["start"], watch.encoder["end"])
     # A fine-tuned run says so, and keeps the linear-evaluation result of its own stage.
     assert metrics["setup_label"] == "MLCL+FT"
-    history = [r for r in read_history(Path(config.run_dir) / "history.csv") if r["stage"] == "linear"]
+    history = [r for r in history_rows(Path(config.run_dir) / "history.csv") if r["stage"] == "linear"]
     best = min(history, key=lambda r: float(r["val_loss"]))
     assert metrics["stages"][0]["best_val_accuracy"] is None  # pre-training has no answer accuracy
     assert metrics["stages"][1]["best_val_accuracy"] == pytest.approx(float(best["val_accuracy"]))
