@@ -12,6 +12,8 @@ export MPLBACKEND := Agg
 
 .PHONY: install test demo bench clean-venv dev device-wheels
 
+# The exact pins of requirements.txt first, then rpm_lib itself with --no-deps: pyproject.toml only declares
+# compatible ranges (for `pip install .` elsewhere), which tests/test_packaging.py keeps admitting these pins.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
