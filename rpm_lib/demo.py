@@ -129,12 +129,13 @@ def step_gallery(ctx: DemoContext) -> None:
     """Save ``<out>/gallery.png``: problem 0 of every configuration with its answer and rules."""
     import numpy as np
 
-    from rpm_lib.generator.writer import ALL_CONFIGURATIONS, problem_stem
+    from rpm_lib.generator.writer import problem_stem
+    from rpm_lib.rules import CONFIGURATIONS
     from rpm_lib.rules import SHORT_NAMES
     from rpm_lib.viz import GalleryItem, plot_gallery
 
     items = []
-    for configuration in ALL_CONFIGURATIONS:
+    for configuration in CONFIGURATIONS:
         path = problem_stem(ctx.data, configuration, 0).with_suffix(".npz")
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run the 'generate' step first")
@@ -207,7 +208,8 @@ def step_train(ctx: DemoContext) -> None:
     results = run_batch(ctx.batch_config, jobs=1, out=batch_dir, overrides=overrides, prepare=False)
     failed = [r for r in results if r.status == "failed"]
     if failed:
-        raise RuntimeError("demo trainings failed: " + "; ".join(f"{r.name} ({r.run_dir}/error.txt)" for r in failed))
+        raise RuntimeError("demo trainings failed: "
+                           + "; ".join(f"{r.spec.name} ({r.run_dir}/error.txt: {r.error})" for r in failed))
     ctx.results["batch"] = batch_dir
 
 

@@ -12,7 +12,8 @@ import sys
 import time
 from typing import Sequence
 
-from rpm_lib.generator.writer import ALL_CONFIGURATIONS, resolve_configurations, write_dataset
+from rpm_lib.generator.writer import write_dataset
+from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
 _EPILOG = f"""\
 output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k % 10:
@@ -24,7 +25,7 @@ written under a temporary name and renamed into place (.npz first, .xml last).
 Deterministic: problem k of configuration c depends only on (seed, c, k), so the files are
 byte-identical for any --workers and across interruptions.
 
-configurations: {", ".join(ALL_CONFIGURATIONS)}
+configurations: {", ".join(CONFIGURATIONS)}
 """
 
 
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-per-config", type=int, default=10000, metavar="N",
                         help="problems per configuration (default: 10000, the I-RAVEN size)")
     parser.add_argument("--configurations", default="all",
-                        help="'all' (default) or a comma-separated list of configuration folder names")
+                        help="'all' (default) or a comma-separated list of configuration folder or short names (Center, L-R, ...)")
     parser.add_argument("--seed", type=int, default=1234, help="base seed (default: 1234)")
     parser.add_argument("--mode", choices=("balanced", "original"), default="balanced",
                         help="candidate generation: 'balanced' = I-RAVEN (default), 'original' = RAVEN (biased)")
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         configurations = resolve_configurations(args.configurations)
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"--configurations: {error}")
     began = time.perf_counter()
     try:
         summary = write_dataset(

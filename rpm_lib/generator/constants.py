@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rpm_lib.rules import RULE_GROUPS
+
 IMAGE_SIZE = 160
 DEFAULT_WIDTH = 2  # outline thickness in px
 
@@ -100,7 +102,7 @@ CONFIG_SPECS: dict[str, ConfigurationSpec] = {
 # ------------------------------------------------------------------------------------------------
 
 #: The 4 rule groups of a component, in ``meta_matrix`` row order.
-RULE_GROUP_NAMES: tuple[str, ...] = ("Number/Position", "Type", "Size", "Color")
+RULE_GROUP_NAMES: tuple[str, ...] = RULE_GROUPS
 
 #: Per rule group, the menu entries ``(relation, attribute, parameters)``. The reference sampler picks an
 #: entry uniformly, then a parameter uniformly (``()`` = no parameter, value 0). Progression parameters are

@@ -27,14 +27,11 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from rpm_lib.generator.constants import CONFIG_SPECS
 from rpm_lib.generator.labels import problem_labels, structure
 from rpm_lib.generator.problem import Problem
 from rpm_lib.generator.render import render_problem
 from rpm_lib.generator.xml_io import problem_xml
-
-#: The 7 configurations in the order files are generated and reported.
-ALL_CONFIGURATIONS: tuple[str, ...] = tuple(CONFIG_SPECS)
+from rpm_lib.rules import resolve_configurations
 
 _TEMP_PREFIX = ".RAVEN_"
 _TEMP_SUFFIX = ".tmp"
@@ -240,19 +237,6 @@ class WriteJob:
     seed: int
     mode: str
     write_xml: bool
-
-
-def resolve_configurations(names: str | Sequence[str]) -> list[str]:
-    """``"all"``, a comma-separated string or a list of configuration folder names -> validated list."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
-    names = list(names)
-    if names == ["all"]:
-        return list(ALL_CONFIGURATIONS)
-    unknown = [n for n in names if n not in CONFIG_SPECS]
-    if unknown or not names:
-        raise ValueError(f"unknown configuration(s) {unknown or names}; choose 'all' or from {list(ALL_CONFIGURATIONS)}")
-    return list(dict.fromkeys(names))
 
 
 def pending_chunks(

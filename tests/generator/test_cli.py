@@ -18,7 +18,7 @@ def test_help_lists_every_option_and_the_layout(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--out", "x", "--configurations", "center"], "unknown configuration"),
+    (["--out", "x", "--configurations", "centre"], "--configurations: unknown RAVEN configuration 'centre'"),
     (["--out", "x", "--workers", "0"], "--workers"),
     (["--out", "x", "--mode", "fair"], "invalid choice"),
     (["--num-per-config", "3"], "--out"),

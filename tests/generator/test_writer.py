@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rpm_lib import rules
 from rpm_lib.generator import writer
 from rpm_lib.generator.labels import problem_labels
 from rpm_lib.generator.xml_io import read_problem_xml
@@ -127,17 +128,25 @@ def test_no_xml_mode_writes_only_npz(tmp_path):
 
 
 def test_write_dataset_validates_its_arguments(tmp_path):
-    with pytest.raises(ValueError, match="unknown configuration"):
+    with pytest.raises(ValueError, match="unknown RAVEN configuration 'centre'"):
         writer.write_dataset(tmp_path, ["centre"], count=1, progress=False)
     with pytest.raises(ValueError, match="mode"):
         writer.write_dataset(tmp_path, "all", count=1, mode="fair", progress=False)
-    assert writer.resolve_configurations("all") == list(writer.ALL_CONFIGURATIONS)
-    assert writer.resolve_configurations("center_single, distribute_four") == ["center_single", "distribute_four"]
+    assert rules.resolve_configurations("all") == list(rules.CONFIGURATIONS)
+    assert rules.resolve_configurations("center_single, 2x2grid") == ["center_single", "distribute_four"]
+
+
+def test_the_generator_knows_exactly_the_shared_configurations_and_component_names():
+    from rpm_lib.generator.constants import CONFIG_SPECS
+
+    assert tuple(CONFIG_SPECS) == rules.CONFIGURATIONS
+    for folder, spec in CONFIG_SPECS.items():
+        assert tuple(name for name, _layout in spec.components) == rules.COMPONENT_NAMES[folder]
 
 
 def test_generated_files_have_the_reference_keys_shapes_and_dtypes(iraven_reference, tmp_path):
     writer.write_dataset(tmp_path, "all", count=1, seed=11, progress=False)
-    for configuration in writer.ALL_CONFIGURATIONS:
+    for configuration in rules.CONFIGURATIONS:
         ours_path = tmp_path / configuration / "RAVEN_0_train.npz"
         with np.load(ours_path, allow_pickle=False) as ours, \
                 np.load(iraven_reference / configuration / "RAVEN_0_train.npz") as reference:
