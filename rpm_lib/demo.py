@@ -98,12 +98,9 @@ def step_generate(ctx: DemoContext) -> None:
 
 
 def step_cache(ctx: DemoContext) -> None:
-    """Build the 80 px cache of the generated set (skipped with a message if ``rpm_lib.data`` lacks it)."""
-    try:
-        from rpm_lib.data import prepare_cache
-    except ImportError as error:
-        _say(f"skipping the 80 px cache: rpm_lib.data.prepare_cache is not available yet ({error})")
-        return
+    """Build the 80 px cache of the generated set (and the training size's, when it differs)."""
+    from rpm_lib.data import prepare_cache
+
     _say(f"building the 80 px cache {ctx.cache}")
     ctx.results["cache"] = prepare_cache(ctx.data, ctx.cache, size=80, workers=ctx.workers, kind="raven")
     if ctx.train_size != 80:
@@ -112,17 +109,12 @@ def step_cache(ctx: DemoContext) -> None:
                                                    workers=ctx.workers, kind="raven")
 
 
-def _rule_lines(configuration: str, npz_meta_matrix, seed: int, index: int) -> list[str]:
-    """Rules with parameters from the generator when available, else decoded from ``meta_matrix``."""
-    try:
-        from rpm_lib.generator.api import generate_problem, problem_rng
-        from rpm_lib.viz import describe_problem_rules
+def _rule_lines(configuration: str, seed: int, index: int) -> list[str]:
+    """Rules with their parameters, from regenerating problem ``index`` (the generator is deterministic)."""
+    from rpm_lib.generator.api import generate_problem, problem_rng
+    from rpm_lib.viz import describe_problem_rules
 
-        return describe_problem_rules(generate_problem(configuration, problem_rng(seed, configuration, index)))
-    except ImportError:
-        from rpm_lib.viz import describe_rules
-
-        return describe_rules(npz_meta_matrix, configuration)
+    return describe_problem_rules(generate_problem(configuration, problem_rng(seed, configuration, index)))
 
 
 def step_gallery(ctx: DemoContext) -> None:
@@ -130,8 +122,7 @@ def step_gallery(ctx: DemoContext) -> None:
     import numpy as np
 
     from rpm_lib.generator.writer import problem_stem
-    from rpm_lib.rules import CONFIGURATIONS
-    from rpm_lib.rules import SHORT_NAMES
+    from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES
     from rpm_lib.viz import GalleryItem, plot_gallery
 
     items = []
@@ -140,9 +131,9 @@ def step_gallery(ctx: DemoContext) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; run the 'generate' step first")
         with np.load(path, allow_pickle=False) as data:
-            panels, target, meta_matrix = data["image"], int(data["target"]), data["meta_matrix"]
+            panels, target = data["image"], int(data["target"])
         items.append(GalleryItem(panels, target, f"{SHORT_NAMES[configuration]} ({configuration}, problem 0)",
-                                 _rule_lines(configuration, meta_matrix, ctx.data_seed, 0)))
+                                 _rule_lines(configuration, ctx.data_seed, 0)))
     figure = plot_gallery(items, ncols=2, title="I-RAVEN (balanced) - one problem per configuration; answer framed green")
     ctx.out.mkdir(parents=True, exist_ok=True)
     target_path = ctx.out / "gallery.png"

@@ -85,7 +85,7 @@ def test_every_rule_pair_has_its_own_slot(layout):
 
 
 def test_sparse38_matches_the_documented_table():
-    # From the spec: j = 5*rule + attr, j = 12 dropped, index = 19*c + j'.
+    # The layout documented in rpm_lib.rules: j = 5*rule + attr, j = 12 dropped, index = 19*c + j'.
     documented = {
         0: (0, "Constant", "Number"), 1: (0, "Constant", "Position"), 9: (0, "Progression", "Color"),
         11: (0, "Arithmetic", "Position"), 12: (0, "Arithmetic", "Size"), 18: (0, "Distribute_Three", "Color"),

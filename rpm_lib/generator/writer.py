@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.labels import problem_labels, structure
 from rpm_lib.generator.problem import Problem
 from rpm_lib.generator.render import render_problem
@@ -265,20 +266,8 @@ def pending_chunks(
     return chunks, done
 
 
-def _generation_api():
-    try:
-        from rpm_lib.generator.api import generate_problem, problem_rng
-    except ImportError as error:  # the sampling half lives in another module
-        raise RuntimeError(
-            "rpm_lib.generator.api (problem_rng, generate_problem) is not available; "
-            f"cannot generate problems ({error})"
-        ) from error
-    return generate_problem, problem_rng
-
-
 def write_chunk(job: WriteJob, chunk: Chunk) -> int:
     """Generate and write every problem of ``chunk`` (skipping complete ones); returns the chunk length."""
-    generate_problem, problem_rng = _generation_api()
     for index in range(chunk.start, chunk.stop):
         stem = problem_stem(job.root, chunk.configuration, index)
         if is_complete(stem, chunk.configuration, job.write_xml):
@@ -335,7 +324,6 @@ def write_dataset(
     if count < 0 or start < 0:
         raise ValueError(f"count and start must be >= 0, got count={count}, start={start}")
     names = resolve_configurations(configurations)
-    _generation_api()  # fail before creating folders if the sampler is missing
     root = Path(root)
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)

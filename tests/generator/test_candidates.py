@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
+from rpm_lib.generator import render
 from rpm_lib.generator.api import generate_problems
 from rpm_lib.generator.candidates import balanced_candidates, modifiable_attributes
 from rpm_lib.generator.problem import ComponentPanel, Entity, Panel, Problem, Rule
@@ -229,7 +230,6 @@ def test_original_candidates_use_all_alternatives_without_repeats() -> None:
 
 def test_render_identical_sizes_table_matches_the_renderer() -> None:
     """The look-alike table lists exactly the size pairs the renderer draws identically."""
-    render = pytest.importorskip("rpm_lib.generator.render", reason="renderer not written yet")
     from rpm_lib.generator.constants import CONFIG_SPECS, LAYOUTS, RENDER_IDENTICAL_SIZES
 
     found: dict[tuple[str, int], dict[int, int]] = {}

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rpm_lib.generator import render, xml_io
 from rpm_lib.generator.api import generate_problem, generate_problems, problem_rng
 from rpm_lib.generator.problem import Problem, Rule
 from rpm_lib.generator.validity import (
@@ -105,7 +106,6 @@ def test_explain_names_every_rule_and_candidate() -> None:
 
 
 def _reference_problems(root: Path):
-    xml_io = pytest.importorskip("rpm_lib.generator.xml_io", reason="xml_io (reference .xml parser) not written yet")
     files = sorted(root.glob("*/RAVEN_*.xml"))
     assert files, f"no .xml files under {root}"
     return [(f, xml_io.read_problem_xml(f)) for f in files]
@@ -123,7 +123,6 @@ def test_reference_raven_target_is_unique(raven_reference: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["balanced", "original"])
 def test_no_two_candidate_images_are_equal(mode: str) -> None:
-    render = pytest.importorskip("rpm_lib.generator.render", reason="renderer not written yet")
     for configuration in CONFIGURATIONS:
         for p in generate_problems(configuration, 60, seed=33, mode=mode):
             image = render.render_problem(p)
@@ -135,7 +134,6 @@ def test_no_two_candidate_images_are_equal(mode: str) -> None:
 @pytest.mark.parametrize("mode", ["balanced", "original"])
 def test_target_stays_unique_after_an_xml_round_trip(mode: str) -> None:
     """The .xml keeps no rule parameters; the checker must still single out the target from what it keeps."""
-    xml_io = pytest.importorskip("rpm_lib.generator.xml_io", reason="xml_io not written yet")
     for configuration in CONFIGURATIONS:
         for p in generate_problems(configuration, 15, seed=34, mode=mode):
             parsed = xml_io.parse_problem_xml(xml_io.problem_xml(p), target=p.target)
