@@ -37,8 +37,10 @@ Recipes (``RECIPES``)
 Randomness and DataLoader workers
 ---------------------------------
 An ``RpmAugment`` owns ONE ``random.Random`` + ONE ``np.random.Generator`` that drive every transform in
-its pipelines; ``aug.reseed(seed)`` resets them. Use ``worker_init_fn=seed_augment_worker`` in every
-``DataLoader`` with ``num_workers > 0`` (see that function for why).
+its pipelines; ``aug.reseed(seed)`` resets them. ``rpm_lib.data`` datasets call ``reseed`` before every
+sample with a seed derived from ``(seed, epoch, index)``, so what a sample gets does not depend on the
+DataLoader worker that reads it, and needs no ``worker_init_fn`` (docs/augmentation.md, "Randomness and
+DataLoader workers").
 """
 from __future__ import annotations
 
@@ -65,8 +67,6 @@ __all__ = [
     "RandomRoll",
     "RpmAugment",
     "SINGLE_TRANSFORM_NAMES",
-    "reseed_augmenters",
-    "seed_augment_worker",
     "single_transform",
 ]
 
@@ -288,7 +288,7 @@ class RpmAugment:
         seed: seed of the augmenter's random stream. ``None`` takes ``torch.initial_seed()`` at
             construction, so ``torch.manual_seed(s)`` before building the dataset makes a
             ``num_workers=0`` run reproducible (torch's default initial seed is a constant, so it is
-            reproducible even without that). In workers, ``seed_augment_worker`` replaces the seed.
+            reproducible even without that). Datasets of ``rpm_lib.data`` reseed it for every sample.
         p: overrides the recipe's pipeline probability (official: 0.5); ``p=1`` always runs the pipeline
             (each transform inside still has its own probability).
         save_applied_params: record what each call applied in ``last_applied`` (costs ~1 us per transform).
@@ -353,7 +353,8 @@ class RpmAugment:
         * Generator state set once in the main process is copied into every DataLoader worker, so with
           ``Compose(seed=...)`` or ``seed=None`` alike, all workers produce the same augmentation
           stream, and every epoch repeats the previous one (workers are re-forked from the unchanged
-          parent). ``seed_augment_worker`` calls ``reseed`` inside each worker to fix that.
+          parent). ``rpm_lib.data`` datasets therefore call ``reseed`` for every sample, from
+          ``(seed, epoch, index)``.
         """
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"RpmAugment.reseed: seed must be an int >= 0, got {seed!r}")
@@ -420,55 +421,3 @@ def single_transform(name: str, seed: int | None = None) -> RpmAugment:
         raise ValueError(f"unknown transform {name!r}; known: {', '.join(SINGLE_TRANSFORM_NAMES)}")
     fallback = "none" if name in POSITION_MOVING_NAMES else None
     return RpmAugment(Recipe(name, _SingleTransform(name), 1.0, fallback), seed=seed)
-
-
-# --------------------------------------------------------------------------------------------------
-# DataLoader workers.
-# --------------------------------------------------------------------------------------------------
-def _find_augmenters(obj: Any, depth: int = 0) -> Iterator[Any]:
-    """Objects with a ``reseed(int)`` method reachable from a dataset via transform/dataset(s) attributes."""
-    if callable(getattr(obj, "reseed", None)):
-        yield obj
-        return
-    if depth >= 4 or obj is None:
-        return
-    for attr in ("transform", "dataset"):
-        child = getattr(obj, attr, None)
-        if child is not None:
-            yield from _find_augmenters(child, depth + 1)
-    for child in getattr(obj, "datasets", None) or ():  # torch ConcatDataset
-        yield from _find_augmenters(child, depth + 1)
-
-
-def reseed_augmenters(dataset: Any, seed: int) -> int:
-    """Reseed every augmenter found on ``dataset`` from ``seed``; returns how many were reseeded.
-
-    Looks at ``dataset.transform`` (the dataset contract), and through ``.dataset`` (``Subset``) and
-    ``.datasets`` (``ConcatDataset``). Several augmenters get different seeds derived from ``seed``.
-    """
-    seen: set[int] = set()
-    count = 0
-    for aug in _find_augmenters(dataset):
-        if id(aug) in seen:
-            continue
-        seen.add(id(aug))
-        derived = seed if count == 0 else int(np.random.SeedSequence([seed, count]).generate_state(1, np.uint64)[0])
-        aug.reseed(derived)
-        count += 1
-    return count
-
-
-def seed_augment_worker(worker_id: int) -> None:
-    """``DataLoader(..., worker_init_fn=seed_augment_worker)``: give each worker its own augmentation stream.
-
-    Inside a worker, ``torch.initial_seed()`` is ``base_seed + worker_id``, where the DataLoader draws
-    ``base_seed`` from its ``generator`` (or the global torch RNG) each time an epoch's iterator starts.
-    Reseeding the dataset's augmenter(s) from it therefore gives streams that differ per worker and per
-    epoch, yet repeat exactly when the run is repeated with the same ``torch.manual_seed``. Without this,
-    every worker inherits the same augmenter state from the main process (see ``RpmAugment.reseed``).
-    ``worker_id`` is already folded into ``torch.initial_seed()``.
-    """
-    info = torch.utils.data.get_worker_info()
-    if info is None:
-        raise RuntimeError("seed_augment_worker is a DataLoader worker_init_fn; it was called outside a worker")
-    reseed_augmenters(info.dataset, torch.initial_seed())

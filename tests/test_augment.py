@@ -16,8 +16,6 @@ from rpm_lib.augment import (
     ROTATION_LIMIT_DEG,
     SINGLE_TRANSFORM_NAMES,
     RpmAugment,
-    reseed_augmenters,
-    seed_augment_worker,
     single_transform,
 )
 
@@ -219,24 +217,6 @@ def test_pickled_augmenter_continues_the_same_stream() -> None:
     assert all(np.array_equal(aug(panels), clone(panels)) for _ in range(20))
 
 
-def test_reseed_augmenters_gives_different_streams_per_seed() -> None:
-    # What seed_augment_worker does in worker k: reseed from torch.initial_seed() = base_seed + k.
-    panels = distinct_panels(16)
-    dataset = RpmDataset(panels, RpmAugment(seed=0))
-    streams = []
-    for worker_seed in (1000, 1001):
-        assert reseed_augmenters(dataset, worker_seed) == 1
-        streams.append(np.stack([dataset[0]["panels"].numpy() for _ in range(8)]))
-    assert not np.array_equal(streams[0], streams[1])
-    reseed_augmenters(dataset, 1000)
-    assert np.array_equal(np.stack([dataset[0]["panels"].numpy() for _ in range(8)]), streams[0])
-
-
-def test_seed_augment_worker_refuses_main_process() -> None:
-    with pytest.raises(RuntimeError, match="worker_init_fn"):
-        seed_augment_worker(0)
-
-
 class RpmDataset(Dataset):
     """Every item is the same RPM, so any difference between items comes from augmentation."""
 
@@ -258,21 +238,9 @@ def run_loader(seed: int, worker_init_fn, epochs: int = 2) -> list[list[torch.Te
     return [[batch["panels"] for batch in loader] for _ in range(epochs)]
 
 
-def test_dataloader_workers_reproducible_and_distinct() -> None:
-    torch.set_num_threads(1)
-    run1 = run_loader(0, seed_augment_worker)
-    run2 = run_loader(0, seed_augment_worker)
-    for epoch1, epoch2 in zip(run1, run2):
-        assert all(torch.equal(x, y) for x, y in zip(epoch1, epoch2)), "same seed must give the same batches"
-    epoch0, epoch1 = torch.cat(run1[0]), torch.cat(run1[1])
-    assert not torch.equal(epoch0, epoch1), "epochs must differ"
-    assert not torch.equal(run1[0][0], run1[0][1]), "workers 0 and 1 must have different streams"
-    run3 = run_loader(1, seed_augment_worker, epochs=1)
-    assert not torch.equal(epoch0, torch.cat(run3[0])), "another seed must give other batches"
-
-
 def test_dataloader_without_worker_seeding_repeats_streams() -> None:
-    # The albumentations pitfall seed_augment_worker exists for (proves the test above can fail).
+    # The albumentations pitfall that makes rpm_lib.data reseed the augmenter for every sample
+    # (tests/training/test_training_data.py checks that workers then agree with one process).
     torch.set_num_threads(1)
     run = run_loader(0, None)
     assert torch.equal(run[0][0], run[0][1])  # worker 0 and worker 1 make the same augmentations

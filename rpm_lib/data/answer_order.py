@@ -1,8 +1,8 @@
 """Order of the 8 answer choices presented to a model.
 
-* ``"random"``: a new uniformly random permutation at every access (training). The generator is seeded
-  from ``seed`` and, inside a DataLoader worker, the worker's torch seed, so workers draw different
-  streams and a run with the same seeds repeats exactly.
+* ``"random"``: a uniformly random permutation per sample and epoch (training), a pure function of
+  ``(seed, epoch, index)`` (stream ``answers`` of :func:`rpm_lib.data.seeding.derive_seed`): the same in any
+  DataLoader worker, in a resumed run and on any machine, and new in every epoch.
 * ``"fixed"``: one permutation per problem derived from ``(seed, source_id)`` with a stable hash (BLAKE2b,
   not Python's salted ``hash``), so evaluation is reproducible across processes, machines and cache vs raw
   reading, and the correct answer's position is uniform over 0..7.
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 
 import numpy as np
+
+from rpm_lib.data.seeding import derive_seed
 
 ANSWER_ORDERS: tuple[str, ...] = ("random", "fixed", "none")
 NUM_CHOICES = 8
@@ -58,29 +59,16 @@ class AnswerOrder:
             raise ValueError(f"unknown answer_order {mode!r}; expected one of {list(ANSWER_ORDERS)}")
         self.mode = mode
         self.seed = int(seed)
-        self._rng: np.random.Generator | None = None
-        self._rng_owner: tuple[int, int] | None = None
 
-    def _random_generator(self) -> np.random.Generator:
-        # Re-seed whenever we are in a new process or DataLoader worker, so forked copies of the dataset
-        # never replay the same stream.
-        from torch.utils.data import get_worker_info
-
-        info = get_worker_info()
-        owner = (os.getpid(), info.seed if info is not None else -1)
-        if self._rng is None or owner != self._rng_owner:
-            stream = [self.seed] if info is None else [self.seed, info.seed]
-            self._rng = np.random.default_rng(stream)
-            self._rng_owner = owner
-        return self._rng
-
-    def permutation(self, source_id: str) -> np.ndarray | None:
-        """int64 (8,) for ``source_id``, or None for ``"none"``."""
+    def permutation(self, source_id: str, epoch: int = 0, index: int = 0) -> np.ndarray | None:
+        """int64 (8,) for problem ``index`` (``source_id``) in ``epoch``, or None for ``"none"``."""
         if self.mode == "none":
             return None
         if self.mode == "fixed":
             return fixed_permutation(self.seed, source_id)
-        return self._random_generator().permutation(NUM_CHOICES)
+        return random_permutation(self.seed, epoch, index)
 
-    def __getstate__(self) -> dict:
-        return {"mode": self.mode, "seed": self.seed, "_rng": None, "_rng_owner": None}
+
+def random_permutation(seed: int, epoch: int, index: int) -> np.ndarray:
+    """int64 (8,): the ``"random"`` order of problem ``index`` in ``epoch`` under ``seed``."""
+    return np.random.default_rng(derive_seed(seed, "answers", epoch, index)).permutation(NUM_CHOICES)

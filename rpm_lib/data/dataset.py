@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 
 from rpm_lib import rules
 from rpm_lib.data.answer_order import AnswerOrder, apply_permutation, default_answer_order
+from rpm_lib.data.seeding import derive_seed
 from rpm_lib.data.cache import CacheReader, is_cache, kind_spec
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import CACHE_MARKERS, RawFile, check_split
@@ -81,6 +82,7 @@ class RpmDataset(Dataset):
         self.rule_encoding = rule_encoding
         self.seed = int(seed)
         self.answer_order = AnswerOrder(answer_order or default_answer_order(self.split), self.seed)
+        self.epoch = 0
         self._spec = kind_spec(self.kind)
         self.group_names = list(groups)
         if is_cache(self.root):
@@ -172,16 +174,28 @@ class RpmDataset(Dataset):
             raise TypeError(f"transform must return uint8 {panels.shape}, got {got}")
         return out
 
-    def __getitem__(self, index: int) -> dict:
-        index = int(index)
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch plain integer keys draw their answer order and augmentation for (like
+        ``DistributedSampler.set_epoch``); ``(epoch, index)`` keys name it themselves."""
+        if int(epoch) < 0:
+            raise ValueError(f"set_epoch: epoch must be >= 0, got {epoch}")
+        self.epoch = int(epoch)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict:
+        """Sample ``index``, or ``(epoch, index)``. Its random parts (the ``"random"`` answer order and the
+        transform, when it has ``reseed``) are pure functions of ``(seed, epoch, index)``
+        (``rpm_lib.data.seeding``): the same in any DataLoader worker, resumed run or machine."""
+        epoch, index = (int(key[0]), int(key[1])) if isinstance(key, tuple) else (self.epoch, int(key))
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for a dataset of {len(self)} problems")
         index %= len(self)
         panels, target, meta, meta_target = self._read(index)
         source_id = self.source_ids[index]
-        perm = self.answer_order.permutation(source_id)
+        perm = self.answer_order.permutation(source_id, epoch, index)
         if perm is not None:
             panels, target = apply_permutation(panels, target, perm)
+        if self.transform is not None and hasattr(self.transform, "reseed"):
+            self.transform.reseed(derive_seed(self.seed, "augment", epoch, index))
         if self.transform is not None:
             preserve = self._preserve_position(meta)
             views = [self._apply_transform(panels.copy() if self.num_views > 1 else panels, preserve) for _ in range(self.num_views)]

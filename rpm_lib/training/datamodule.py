@@ -25,13 +25,11 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from rpm_lib import rules
-from rpm_lib.data.answer_order import apply_permutation
+from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.config import ConfigError, TrainConfig
-from rpm_lib.training.seeding import derive_seed
 from rpm_lib.training.setups import StagePlan
 
 _SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
@@ -63,29 +61,23 @@ def make_dataset(config: TrainConfig, split: str, *, num_views: int = 1, transfo
 
 
 class SeededSamples(Dataset):
-    """A dataset view whose randomness is a pure function of ``(seed, epoch, index)``.
+    """The batches' view of a dataset: a subset of positions, the run's rule vector as ``rules``, and the
+    ``(epoch, index)`` key passed through, so the dataset's answer order and augmentation are pure functions of
+    ``(seed, epoch, index)`` (see ``RpmDataset.__getitem__``).
 
     Args:
-        base: ``RavenDataset`` / ``PgmDataset``; for training built with ``answer_order="none"``.
+        base: ``RavenDataset`` / ``PgmDataset`` (training: ``answer_order="random"``, the stage's augmenter as
+            ``transform``; evaluation: ``"fixed"``, no transform).
         rule_key: ``"rules_sparse"`` or ``"rules_dense"``, copied to the batch key ``rules``.
-        seed: master seed.
         positions: dataset indices this view exposes (``None`` = all), e.g. a ``max_train_samples`` subset.
-        shuffle_answers: draw the answer permutation from ``(seed, epoch, index)`` (training).
-        augmenter: the object passed to ``base`` as ``transform`` (it must have ``reseed(int)``), or None.
 
     Item key: ``(epoch, position)`` from :class:`EpochSampler`, or a plain ``position`` (epoch 0).
     """
 
-    def __init__(self, base: Dataset, rule_key: str, seed: int, positions: np.ndarray | None = None,
-                 shuffle_answers: bool = False, augmenter: Any = None) -> None:
+    def __init__(self, base: Dataset, rule_key: str, positions: np.ndarray | None = None) -> None:
         self.base = base
         self.rule_key = rule_key
-        self.seed = int(seed)
         self.positions = None if positions is None else np.asarray(positions, dtype=np.int64)
-        self.shuffle_answers = shuffle_answers
-        self.augmenter = augmenter
-        if augmenter is not None and getattr(base, "transform", None) is not augmenter:
-            raise ValueError("SeededSamples: augmenter must be the base dataset's transform")
 
     def __len__(self) -> int:
         return len(self.base) if self.positions is None else len(self.positions)  # type: ignore[arg-type]
@@ -95,19 +87,10 @@ class SeededSamples(Dataset):
 
     def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
         epoch, position = key if isinstance(key, tuple) else (0, key)
-        index = self.dataset_index(position)
-        if self.augmenter is not None:
-            self.augmenter.reseed(derive_seed(self.seed, "augment", epoch, index))
-        sample = self.base[index]
-        panels = sample["panels"]
-        target = int(sample["target"])
-        if self.shuffle_answers:
-            perm = np.random.default_rng(derive_seed(self.seed, "answers", epoch, index)).permutation(8)
-            shuffled, target = apply_permutation(panels.numpy(), target, perm)
-            panels = torch.from_numpy(np.ascontiguousarray(shuffled))
+        sample = self.base[(int(epoch), self.dataset_index(position))]
         return {
-            "panels": panels,
-            "target": torch.tensor(target, dtype=torch.int64),
+            "panels": sample["panels"],
+            "target": sample["target"],
             "rules": sample[self.rule_key],
             "configuration": int(sample["configuration"]),
             "index": int(sample["index"]),
@@ -210,11 +193,11 @@ class RpmDataModule(L.LightningDataModule):
 
             augmenter = RpmAugment(self.plan.augment, seed=cfg.seed, save_applied_params=False)
         base = make_dataset(cfg, split, num_views=self.plan.num_views if training else 1, transform=augmenter,
-                            answer_order="none" if training else "fixed")
+                            answer_order="random" if training else "fixed")
         if len(base) == 0:
             raise ConfigError(f"config field 'data_root': no {split} problems found in {cfg.data_root}")
         positions = subset_positions(len(base), limit, cfg.seed, split)
-        return SeededSamples(base, self.rule_key, cfg.seed, positions, shuffle_answers=training, augmenter=augmenter)
+        return SeededSamples(base, self.rule_key, positions)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:

@@ -26,7 +26,7 @@ from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
 from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.distributed import gathered_mlcl_loss
-from rpm_lib.training.seeding import derive_seed
+from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
 
 

@@ -39,7 +39,7 @@ from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
 from rpm_lib.training.evaluation import predict, summarize
 from rpm_lib.training.module import RpmModule
-from rpm_lib.training.seeding import derive_seed
+from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.setups import SETUPS, StagePlan, stage_plan
 
 #: Files and folders of a run that ``overwrite`` deletes and ``resume`` continues.

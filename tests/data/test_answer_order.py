@@ -51,12 +51,13 @@ def test_fixed_positions_of_the_answer_are_uniform():
 def test_modes_and_defaults():
     assert default_answer_order("train") == "random" and default_answer_order("test") == "fixed"
     assert AnswerOrder("none").permutation("a") is None
-    first = AnswerOrder("random", seed=5)
-    second = AnswerOrder("random", seed=5)
-    draws_a = [first.permutation("a").tolist() for _ in range(20)]
-    assert draws_a == [second.permutation("a").tolist() for _ in range(20)]
-    assert len({tuple(d) for d in draws_a}) > 10  # a new permutation at every access
-    assert draws_a != [AnswerOrder("random", seed=6).permutation("a").tolist() for _ in range(20)]
+    order = AnswerOrder("random", seed=5)
+    # A pure function of (seed, epoch, index): repeated calls and fresh objects agree ...
+    draws = [order.permutation("a", epoch, index).tolist() for epoch in range(5) for index in range(4)]
+    assert draws == [AnswerOrder("random", seed=5).permutation("a", e, i).tolist() for e in range(5) for i in range(4)]
+    # ... and epochs, indices and seeds give different orders.
+    assert len({tuple(d) for d in draws}) > 15
+    assert draws != [AnswerOrder("random", seed=6).permutation("a", e, i).tolist() for e in range(5) for i in range(4)]
     with pytest.raises(ValueError, match="answer_order"):
         AnswerOrder("sorted")
 
@@ -69,20 +70,18 @@ class _Permutations(Dataset):
         return 8
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.from_numpy(self.order.permutation("same problem"))
+        return torch.from_numpy(self.order.permutation("same problem", epoch=0, index=index))
 
 
-def _draw(seed: int) -> list[list[int]]:
-    loader = DataLoader(_Permutations(), batch_size=None, num_workers=2, generator=torch.Generator().manual_seed(seed))
+def _draw(num_workers: int) -> list[list[int]]:
+    loader = DataLoader(_Permutations(), batch_size=None, num_workers=num_workers)
     return [p.tolist() for p in loader]
 
 
-def test_dataloader_workers_draw_different_reproducible_streams():
-    draws = _draw(0)
-    worker0, worker1 = draws[0::2], draws[1::2]  # batches alternate between the 2 workers
-    assert worker0 != worker1
-    assert draws == _draw(0)
-    assert draws != _draw(1)
+def test_dataloader_workers_draw_the_same_orders_as_one_process():
+    # No per-worker streams to seed: the order of sample i does not depend on which process reads it.
+    assert _draw(2) == _draw(0)
+    assert len({tuple(p) for p in _draw(0)}) > 4
 
 
 def test_apply_permutation_on_several_views():

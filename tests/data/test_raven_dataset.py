@@ -69,8 +69,10 @@ def test_shuffling_keeps_the_target_on_the_same_image(iraven_reference, answer_o
     dataset = RavenDataset(iraven_reference, "val", answer_order=answer_order, seed=1)
     positions = set()
     for index in range(len(dataset)):
-        for _ in range(3):
+        for epoch in range(3):
+            dataset.set_epoch(epoch)
             sample = dataset[index]
+            assert torch.equal(sample["panels"], dataset[(epoch, index)]["panels"])
             panels, target = _file_panels(iraven_reference, sample["source_id"])
             got = sample["panels"].numpy()
             assert np.array_equal(got[:8], panels[:8])
@@ -84,7 +86,7 @@ def test_shuffling_keeps_the_target_on_the_same_image(iraven_reference, answer_o
         other_seed = RavenDataset(iraven_reference, "val", answer_order="fixed", seed=2)
         assert [int(other_seed[i]["target"]) for i in range(len(dataset))] != [t for _, t in sorted(positions)]
     else:
-        assert len(positions) > len(dataset)  # reshuffled at every access
+        assert len(positions) > len(dataset)  # reshuffled every epoch
 
 
 def test_default_answer_orders(iraven_reference):

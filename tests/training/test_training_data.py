@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rpm_lib.training.config import TrainConfig
-from rpm_lib.training.datamodule import EpochSampler, RpmDataModule, subset_positions
+from rpm_lib.training.datamodule import EpochSampler, RpmDataModule, make_dataset, subset_positions
 from rpm_lib.training.setups import stage_plan
 
 
@@ -53,7 +53,7 @@ def _train_set(config: TrainConfig):
 def test_training_samples_are_pure_functions_of_seed_epoch_index(tiny_config: Callable[..., TrainConfig]) -> None:
     config = tiny_config(setup="mlcl_aug")
     samples = _train_set(config)
-    assert samples.augmenter is not None and samples[(0, 0)]["panels"].shape[0] == 2  # two views
+    assert samples.base.transform is not None and samples[(0, 0)]["panels"].shape[0] == 2  # two views
     # Read in different orders: the same key gives the same bytes.
     forward = [samples[(1, i)] for i in range(6)]
     backward = [samples[(1, i)] for i in reversed(range(6))][::-1]
@@ -69,8 +69,9 @@ def test_training_samples_are_pure_functions_of_seed_epoch_index(tiny_config: Ca
 
 
 def test_answer_shuffle_keeps_the_correct_panel(tiny_config: Callable[..., TrainConfig]) -> None:
-    samples = _train_set(tiny_config(setup="ce"))
-    raw = samples.base[0]  # answer_order="none": file order
+    config = tiny_config(setup="ce")
+    samples = _train_set(config)
+    raw = make_dataset(config, "train", answer_order="none")[0]  # file order
     correct = raw["panels"][8 + int(raw["target"])]
     for epoch in range(4):
         sample = samples[(epoch, 0)]
@@ -88,3 +89,25 @@ def test_eval_split_uses_fixed_answer_order(tiny_config: Callable[..., TrainConf
     assert first["rules"].shape[1] == 9  # dense rules for ce_aux_dense
     with pytest.raises(Exception, match="does not exist"):
         RpmDataModule(tiny_config(data_root="/nonexistent/rpm"), stage_plan(config)[0]).make_split("val")
+
+
+def test_dataloader_workers_give_the_batches_of_one_process(tiny_config: Callable[..., TrainConfig]) -> None:
+    """Answer order and augmentation come from (seed, epoch, index), so two workers read exactly what one
+    process reads, epoch after epoch (no worker_init_fn, no per-worker streams)."""
+    from torch.utils.data import DataLoader
+
+    samples = _train_set(tiny_config(setup="mlcl_aug"))
+
+    def epochs(workers: int) -> list[torch.Tensor]:
+        sampler = EpochSampler(len(samples), seed=0, shuffle=True)
+        loader = DataLoader(samples, batch_size=2, sampler=sampler, num_workers=workers,
+                            persistent_workers=workers > 0)
+        out = []
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            out.append(torch.cat([batch["panels"] for batch in loader]))
+        return out
+
+    one, two = epochs(0), epochs(2)
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    assert not torch.equal(one[0], one[1]), "epochs differ"
