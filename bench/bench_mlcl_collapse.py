@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from rpm_lib.training.config import TrainConfig
     from rpm_lib.training.datamodule import RpmDataModule
     from rpm_lib.training.module import RpmModule
-    from rpm_lib.training.seeding import derive_seed
+    from rpm_lib.data.seeding import derive_seed
     from rpm_lib.training.setups import STAGES, stage_plan
 
     if not Path(args.data, "manifest.json").is_file():

@@ -51,7 +51,7 @@ def steps_to_escape(config, max_steps: int, margin: float = 0.05, window: int = 
 
     from rpm_lib.training.datamodule import RpmDataModule
     from rpm_lib.training.module import RpmModule
-    from rpm_lib.training.seeding import derive_seed
+    from rpm_lib.data.seeding import derive_seed
     from rpm_lib.training.setups import STAGES, stage_plan
 
     plan = stage_plan(config)[0]
