@@ -451,20 +451,10 @@ def _run_prepare(config: BatchConfig, dry_run: bool, log) -> None:
 
 
 def gather_results(out: str | Path) -> dict[str, Path]:
-    """Write ``results.csv``, ``table1.csv`` and ``table1.md`` into the batch folder ``out``; return their paths."""
+    """Write the batch folder's tables (``rpm_lib.results.write_tables``: results.csv, table1.csv, table1.md)."""
     from rpm_lib import results
 
-    out = Path(out)
-    records = results.load_runs(out)
-    header, rows = results.runs_table(records)
-    paths = {"results_csv": results.write_csv(header, rows, out / "results.csv")}
-    main_runs = [r for r in records if r.grid == "main"] or records
-    table = results.table1(main_runs)
-    paths["table1_csv"] = results.write_table1(table, out / "table1.csv")
-    md = out / "table1.md"
-    md.write_text(results.table1_markdown(table))
-    paths["table1_md"] = md
-    return paths
+    return results.write_tables(results.load_runs(out), out)
 
 
 def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, Path]:

@@ -527,3 +527,34 @@ def ablation_series(records: Iterable[RunRecord], parameter: str,
             points.append(AblationPoint(value, mean, std, len(by_value[value])))
         series[key] = points
     return series
+
+
+# ----------------------------------------------------------------------------------------------
+# A batch folder's tables
+# ----------------------------------------------------------------------------------------------
+
+
+def table1_records(records: Sequence[RunRecord], main_grid: str | None = "main") -> list[RunRecord]:
+    """The runs Table 1 is made of: those of ``main_grid`` (every run when it is empty / ``None`` or when no
+    run belongs to it, e.g. a folder of single runs)."""
+    if not main_grid:
+        return list(records)
+    return [r for r in records if r.grid == main_grid] or list(records)
+
+
+def write_tables(records: Sequence[RunRecord], out_dir: str | Path, main_grid: str | None = "main",
+                 with_paper: bool = True) -> dict[str, Path]:
+    """Write ``results.csv`` (one row per run), ``table1.csv`` and ``table1.md`` (Table 1 of
+    :func:`table1_records`, beside the published numbers when ``with_paper``) into ``out_dir``.
+
+    Returns:
+        ``{"results_csv", "table1_csv", "table1_md"}`` -> the paths written.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    header, rows = runs_table(records)
+    table = table1(table1_records(records, main_grid))
+    md = out_dir / "table1.md"
+    md.write_text(table1_markdown(table, with_paper=with_paper))
+    return {"results_csv": write_csv(header, rows, out_dir / "results.csv"),
+            "table1_csv": write_table1(table, out_dir / "table1.csv", with_paper=with_paper), "table1_md": md}

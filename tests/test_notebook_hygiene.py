@@ -81,7 +81,7 @@ def test_widgets_are_optional_and_after_a_static_figure(path):
     if not widget_cells:
         return
     assert "interactive" in _assigned_names(_parameters_cell(nb).source)
-    first_figure = min(i for i, c in enumerate(cells) if "nbviz.show(" in c.source)
+    first_figure = min(i for i, c in enumerate(cells) if "notebook.show(" in c.source)
     for i in widget_cells:
         source = cells[i].source
         assert source.startswith("# NBVAL_IGNORE_OUTPUT"), "widget output is not comparable (docs/notebooks.md)"

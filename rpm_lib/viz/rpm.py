@@ -12,9 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.patches import Rectangle
+
+from rpm_lib import rules
 
 CORRECT_COLOR = "#1a9850"
 WRONG_COLOR = "#d73027"
@@ -27,8 +30,6 @@ WRONG_COLOR = "#d73027"
 
 def describe_rules(meta_matrix: np.ndarray, configuration: str | None = None) -> list[str]:
     """One readable line per rule of an (8, 9) ``meta_matrix``, e.g. ``"Left: Progression on Size"``."""
-    from rpm_lib import rules
-
     return rules.describe_raven_rules(np.asarray(meta_matrix), configuration)
 
 
@@ -203,4 +204,91 @@ def plot_gallery(
         subfigure.set_visible(False)
     if title:
         fig.suptitle(title, fontsize=14, y=1.0, va="bottom")  # above the subfigures; save with bbox_inches="tight"
+    return fig
+
+
+def dataset_rule_lines(dataset: Any, index: int) -> list[str]:
+    """The rules of problem ``index`` of a ``RavenDataset`` in words (components named by configuration)."""
+    labels = dataset.labels
+    configuration = labels.group_names[int(labels.configurations[index])]
+    return rules.describe_raven_rules(labels.meta[index], configuration)
+
+
+def rpm_figure(dataset: Any, index: int, predicted: int | None = None, title: str | None = None,
+               with_rules: bool = True) -> Figure:
+    """``viz.plot_rpm`` of problem ``index`` of a RAVEN dataset: answer framed, rules in words.
+
+    The title defaults to ``"<short configuration> · <source_id>"``. ``predicted`` is in the sample's answer
+    order (``dataset[index]["target"]``'s order).
+    """
+    sample = dataset[index]
+    configuration = dataset.labels.group_names[int(sample["configuration"])]
+    if title is None:
+        title = f"{rules.SHORT_NAMES.get(configuration, configuration)} · {sample['source_id']}"
+    panels = sample["panels"].numpy()
+    if panels.ndim == 4:  # several views: show the first
+        panels = panels[0]
+    return plot_rpm(panels, target=int(sample["target"]), title=title, predicted=predicted,
+                        rule_lines=dataset_rule_lines(dataset, index) if with_rules else None)
+
+
+def rpm_gallery(dataset: Any, indices: Sequence[int], ncols: int = 2, title: str | None = None,
+                predicted: Sequence[int] | None = None, with_rules: bool = True) -> Figure:
+    """``viz.plot_gallery`` of several problems of a dataset (answer framed green, rules in words).
+
+    ``predicted`` (one per index, in the samples' answer order) frames wrong choices red. ``with_rules``
+    needs a RAVEN dataset (PGM rules are not described in words here).
+    """
+    if predicted is not None and len(predicted) != len(indices):
+        raise ValueError(f"rpm_gallery: {len(predicted)} predictions for {len(indices)} problems")
+    items = []
+    for k, index in enumerate(indices):
+        sample = dataset[int(index)]
+        configuration = dataset.labels.group_names[int(sample["configuration"])]
+        panels = sample["panels"].numpy()
+        items.append({"panels": panels[0] if panels.ndim == 4 else panels, "target": int(sample["target"]),
+                      "title": f"{rules.SHORT_NAMES.get(configuration, configuration)} · {sample['source_id']}",
+                      "rule_lines": dataset_rule_lines(dataset, int(index)) if with_rules else None,
+                      "predicted": None if predicted is None else int(predicted[k])})
+    return plot_gallery(items, ncols=ncols, title=title, panel_inches=(6.4, 4.8))
+
+
+def solved_matrix(panels: np.ndarray, target: int, gap: int = 4, gap_value: int = 128) -> np.ndarray:
+    """uint8 ``(3S + 2 gap, 3S + 2 gap)``: the 3x3 matrix completed with the correct choice.
+
+    Panels are separated by ``gap`` px of grey ``gap_value`` so white panel borders stay visible.
+
+    ``panels`` is uint8 ``(16, S, S)`` (8 context panels, then 8 choices).
+    """
+    panels = np.asarray(panels)
+    if panels.ndim != 3 or panels.shape[0] != 16:
+        raise ValueError(f"solved_matrix: panels must be (16, S, S), got {panels.shape}")
+    if not 0 <= int(target) < 8:
+        raise ValueError(f"solved_matrix: target must be in 0..7, got {target}")
+    s = panels.shape[1]
+    out = np.full((3 * s + 2 * gap, 3 * s + 2 * gap), gap_value, dtype=np.uint8)
+    cells = list(panels[:8]) + [panels[8 + int(target)]]
+    for k, cell in enumerate(cells):
+        r, c = divmod(k, 3)
+        out[r * (s + gap): r * (s + gap) + s, c * (s + gap): c * (s + gap) + s] = cell
+    return out
+
+
+def plot_matrices(images: Mapping[str, np.ndarray], ncols: int = 4, title: str | None = None,
+                  cell_inches: float = 2.4) -> Figure:
+    """Grid of grey images (e.g. ``solved_matrix`` outputs) with their captions as titles."""
+    if not images:
+        raise ValueError("plot_matrices needs at least one image")
+    n = len(images)
+    ncols = max(1, min(ncols, n))
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_inches * ncols, cell_inches * nrows + 0.4), squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, (caption, image) in zip(axes.ravel(), images.items()):
+        ax.imshow(image, cmap="gray", vmin=0, vmax=255, interpolation="nearest")
+        ax.set_title(caption, fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
     return fig

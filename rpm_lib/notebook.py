@@ -1,0 +1,188 @@
+"""What notebooks share beyond figures: showing and saving figures and tables into ``output_dir``, paths
+relative to the project, percent formatting, and loading (or generating) the data a notebook explores.
+
+Notebooks are thin drivers: a typed ``parameters`` cell, then calls into this module, :mod:`rpm_lib.viz` and
+the library; :func:`show` saves a PNG when ``output_dir`` is set, displays the figure and closes it.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from rpm_lib import rules
+from rpm_lib.results import markdown_table
+
+
+def save_figure(fig: Figure, output_dir: str | Path | None, name: str, dpi: int = 100) -> Path | None:
+    """Write ``fig`` as ``<output_dir>/<name>.png`` (folder created); nothing when ``output_dir`` is empty."""
+    if not output_dir:
+        return None
+    path = Path(output_dir) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def show(fig: Figure, output_dir: str | Path | None = None, name: str | None = None) -> None:
+    """Save (when ``output_dir`` and ``name`` are given), display inline and close ``fig``.
+
+    Closing matters: the inline backend would otherwise display a pyplot-managed figure a second time.
+    Returns nothing, so a notebook cell ending with ``show(...)`` prints no path.
+    """
+    from IPython.display import display
+
+    if name:
+        save_figure(fig, output_dir, name)
+    display(fig)
+    plt.close(fig)
+
+
+def save_table(header: Sequence[str], rows: Iterable[Sequence[Any]], output_dir: str | Path | None,
+               name: str) -> tuple[Path, Path] | None:
+    """Write ``<name>.csv`` and ``<name>.md`` into ``output_dir`` (nothing when it is empty)."""
+    if not output_dir:
+        return None
+    rows = [list(r) for r in rows]
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path = out / f"{name}.csv", out / f"{name}.md"
+    with csv_path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+    md_path.write_text(markdown_table(header, rows))
+    return csv_path, md_path
+
+
+def project_root(start: str | Path | None = None) -> Path:
+    """The first folder at or above ``start`` (default: the working directory) holding ``pyproject.toml``.
+
+    Notebooks opened from ``notebooks/`` run with that folder as working directory; resolving relative paths
+    against the project root makes ``data/…`` and ``runs/…`` mean the same thing there, under papermill and
+    in ``rpm-batch``. Falls back to ``start`` itself when no ancestor has ``pyproject.toml``.
+    """
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return here
+
+
+def resolve_path(path: str | Path, root: str | Path | None = None) -> Path:
+    """``path`` if absolute, else ``project_root(root) / path``."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else project_root(root) / p
+
+
+def format_percent(value: float | None, digits: int = 1) -> str:
+    """``87.25 -> "87.2"``; ``None``/NaN -> ``"–"``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def load_or_generate(data_root: str, split: str, *, sample_root: str = "data/notebook-sample",
+                     sample_per_config: int = 20, sample_seed: int = 0, sample_mode: str = "balanced",
+                     configurations: Sequence[str] | None = None, image_size: int = 160,
+                     answer_order: str = "none") -> Any:
+    """A ``RavenDataset`` of ``data_root``; when ``data_root`` is empty, of a small generated sample set.
+
+    The sample set (``sample_per_config`` problems per configuration, split by ``k % 10``) is written to
+    ``sample_root`` with ``rpm_lib.generator.writer.write_dataset`` — resumable and deterministic (problem
+    ``k`` depends only on the seed, the configuration and ``k``), so a second call reuses the files. Relative
+    paths are relative to the project root (``resolve_path``). ``answer_order="none"`` keeps file order.
+    """
+    from rpm_lib.data import RavenDataset
+
+    if data_root:
+        root = resolve_path(data_root)
+    else:
+        from rpm_lib.generator.writer import write_dataset
+
+        root = resolve_path(sample_root)
+        write_dataset(root, list(rules.CONFIGURATIONS), count=sample_per_config, seed=sample_seed,
+                      mode=sample_mode, write_xml=False, progress=False)
+    return RavenDataset(root, split, configurations=configurations or None, image_size=image_size,
+                        answer_order=answer_order)
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunFiles:
+    """What one finished training run folder holds, loaded.
+
+    Attributes:
+        path: the run folder.
+        config: its ``config.yaml`` as a ``TrainConfig``.
+        metrics: its ``metrics.json``.
+        predictions: its ``predictions.npz`` as ``{key: array}`` (``target``, ``predicted``, ``index``, ``scores``,
+            ``rules`` / ``rule_logits`` when the run has a rule head, ...), or ``None`` when it was not saved.
+    """
+
+    path: Path
+    config: Any
+    metrics: dict[str, Any]
+    predictions: dict[str, Any] | None
+
+
+def open_run(run_dir: str | Path) -> RunFiles:
+    """Load a finished run folder (``run_dir`` relative to the project root or absolute).
+
+    Raises:
+        FileNotFoundError: the folder, its ``config.yaml`` or its ``metrics.json`` (the run has not finished)
+        is missing; the message names the file.
+    """
+    import json
+
+    import numpy as np
+
+    from rpm_lib.training import TrainConfig
+
+    path = resolve_path(run_dir)
+    for name in ("config.yaml", "metrics.json"):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path / name}: missing (is {path} a finished run folder?)")
+    predictions_path = path / "predictions.npz"
+    predictions = None
+    if predictions_path.is_file():
+        with np.load(predictions_path, allow_pickle=False) as data:
+            predictions = {key: data[key] for key in data.files}
+    return RunFiles(path, TrainConfig.from_yaml(path / "config.yaml"), json.loads((path / "metrics.json").read_text()),
+                    predictions)
+
+
+def accuracy_report(metrics: dict[str, Any], config: Any, output_dir: str | Path | None = None,
+                    name: str = "accuracy") -> None:
+    """Show a run's test accuracy per configuration beside the paper's row (table and bar chart, both saved into
+    ``output_dir`` as ``<name>.csv/.md/.png``), or per regime for PGM."""
+    from IPython.display import Markdown, display
+
+    from rpm_lib import results
+    from rpm_lib.viz import plot_accuracy_bars
+
+    if config.dataset != "iraven":
+        rows = [[k, format_percent(100 * v)] for k, v in metrics.get("test_accuracy_per_regime", {}).items()]
+        save_table(["regime", "accuracy (%)"], rows, output_dir, name)
+        display(Markdown(markdown_table(["regime", "accuracy (%)"], rows)))
+        return
+    accuracy = results.run_accuracies(metrics)
+    counts = {rules.SHORT_NAMES[k]: n for k, n in metrics.get("test_num_samples_per_configuration", {}).items()}
+    counts["Average"] = metrics.get("test_num_samples", "?")
+    paper = results.paper_row(config.encoder, config.setup)
+    reference = {"Average": paper.average, **paper.per_configuration} if paper else {}
+    header = ["configuration", "problems", "accuracy (%)", "paper (%)"]
+    rows = [[k, counts.get(k, "?"), format_percent(v), format_percent(reference.get(k))] for k, v in accuracy.items()]
+    save_table(header, rows, output_dir, name)
+    display(Markdown(markdown_table(header, rows)))
+    show(plot_accuracy_bars(accuracy, reference or None, title=f"{config.encoder} · {config.setup}"), output_dir, name)

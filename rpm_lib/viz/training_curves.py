@@ -1,0 +1,73 @@
+"""Training curves from ``history.csv`` columns (``rpm_lib.training.history.history_columns``): losses and
+accuracies over epochs, stages marked."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+
+def history_x(history: Mapping[str, np.ndarray]) -> tuple[np.ndarray, str, list[tuple[float, str]]]:
+    """x values for ``plot_history``: epochs counted across stages.
+
+    ``history.csv`` restarts ``epoch`` (and ``step``) at every stage (MLCL: pretrain, then linear). Stage k's
+    epochs are shifted by the number of epochs of the stages before it, so curves follow each other.
+
+    Returns:
+        ``(x float (N,), label, boundaries)`` where ``boundaries`` are ``(x where a stage starts, stage name)``.
+    """
+    n = len(next(iter(history.values()))) if history else 0
+    if "epoch" not in history:
+        return np.arange(n, dtype=float), "validation #", []
+    epochs = np.asarray(history["epoch"], float)
+    if "stage" not in history:
+        return epochs, "epoch", []
+    stages = [str(s) for s in history["stage"]]
+    x = np.empty(n)
+    offset, boundaries, current, last_epoch = 0.0, [], None, 0.0
+    for i, (stage, epoch) in enumerate(zip(stages, epochs)):
+        if stage != current:
+            if current is not None:
+                offset += last_epoch + 1
+            boundaries.append((offset, stage))
+            current = stage
+        x[i] = offset + epoch
+        last_epoch = epoch
+    return x, "epoch (all stages)", boundaries
+
+
+def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) -> Figure:
+    """Loss curves (left) and accuracy curves (right) from ``rpm_lib.training.history.history_columns``.
+
+    Columns containing ``loss`` go left, columns containing ``acc`` right; the x axis counts epochs across
+    stages (``history_x``) with a dashed line and the stage name where each stage starts. NaN points
+    (e.g. ``val_accuracy`` during MLCL pre-training) are skipped.
+    """
+    xs, xlabel, boundaries = history_x(history)
+    numeric = {k: np.asarray(v) for k, v in history.items()
+               if k not in ("epoch", "step", "stage") and np.asarray(v).dtype.kind == "f"}
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, key, ylabel in ((ax_loss, "loss", "loss"), (ax_acc, "acc", "accuracy")):
+        plotted = 0
+        for name, values in sorted(numeric.items()):
+            if key not in name:
+                continue
+            ok = ~np.isnan(values)
+            if ok.any():
+                ax.plot(xs[ok], values[ok], marker="." if ok.sum() < 30 else None, label=name)
+                plotted += 1
+        for x0, stage in boundaries if len(boundaries) > 1 else []:
+            ax.axvline(x0, color="grey", ls="--", lw=0.8)
+            ax.annotate(stage, (x0, 1), xycoords=("data", "axes fraction"), fontsize=7, va="top")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if plotted:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no '{key}' values", ha="center", va="center", transform=ax.transAxes)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
