@@ -6,24 +6,9 @@ import pytest
 
 from rpm_lib import rules
 from rpm_lib.rule_encodings import ENCODING_NAMES, encodings_for, rule_encoding
+from meta_matrices import CENTER, LEFT_RIGHT
 
 
-def _meta_matrix(rows: dict[int, tuple[str, tuple[str, ...]]]) -> np.ndarray:
-    """(8, 9) meta_matrix with one (relation, attributes) per given row."""
-    m = np.zeros((8, 9), dtype=np.uint8)
-    for row, (relation, attributes) in rows.items():
-        m[row, rules.RELATIONS.index(relation)] = 1
-        for a in attributes:
-            m[row, 4 + rules.ATTRIBUTES.index(a)] = 1
-    return m
-
-
-CENTER = _meta_matrix({0: ("Constant", ("Number", "Position")), 1: ("Progression", ("Type",)),
-                       2: ("Arithmetic", ("Size",)), 3: ("Distribute_Three", ("Color",))})
-LEFT_RIGHT = _meta_matrix({0: ("Constant", ("Number", "Position")), 1: ("Constant", ("Type",)),
-                           2: ("Constant", ("Size",)), 3: ("Constant", ("Color",)),
-                           4: ("Constant", ("Number", "Position")), 5: ("Progression", ("Type",)),
-                           6: ("Constant", ("Size",)), 7: ("Constant", ("Color",))})
 PGM = np.array([[1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0],    # shape size progression
                 [0, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0],    # line color XOR
                 [0] * 12, [0] * 12], dtype=np.uint8)

@@ -14,24 +14,9 @@ from rpm_lib import notebook, rules, viz  # noqa: E402
 from rpm_lib.results import AblationPoint, PAPER_TABLE1, Table1Row  # noqa: E402
 from rpm_lib.training.history import history_columns  # noqa: E402
 from rpm_lib.training.metrics import per_rule_scores  # noqa: E402
+from meta_matrices import CENTER, LEFT_RIGHT  # noqa: E402
 
 
-def _meta_matrix(rows: dict[int, tuple[str, tuple[str, ...]]]) -> np.ndarray:
-    """(8, 9) meta_matrix with one (relation, attributes) per given row."""
-    m = np.zeros((8, 9), dtype=np.uint8)
-    for row, (relation, attributes) in rows.items():
-        m[row, rules.RELATIONS.index(relation)] = 1
-        for a in attributes:
-            m[row, 4 + rules.ATTRIBUTES.index(a)] = 1
-    return m
-
-
-CENTER = _meta_matrix({0: ("Constant", ("Number", "Position")), 1: ("Progression", ("Type",)),
-                       2: ("Arithmetic", ("Size",)), 3: ("Distribute_Three", ("Color",))})
-LEFT_RIGHT = _meta_matrix({0: ("Constant", ("Number", "Position")), 1: ("Constant", ("Type",)),
-                           2: ("Constant", ("Size",)), 3: ("Constant", ("Color",)),
-                           4: ("Constant", ("Number", "Position")), 5: ("Progression", ("Type",)),
-                           6: ("Constant", ("Size",)), 7: ("Constant", ("Color",))})
 
 
 @pytest.fixture(autouse=True)
