@@ -436,8 +436,9 @@ def describe_raven_rules(meta_matrix: np.ndarray, configuration: str | None = No
 
 
 def requires_position_preserving(meta_matrix: np.ndarray) -> bool:
-    """True when the problem's rules depend on absolute positions, so only position-preserving
-    augmentations (flips, 90-degree rotations, transposes) are safe.
+    """True when the problem's rules depend on absolute positions, so only augmentations that move every
+    panel's content as a whole are safe (the ``position_preserving`` recipe of ``rpm_lib.augment``: flips,
+    90-degree and free rotations, transposes; no grid shuffle, no roll).
 
     RAVEN ``meta_matrix`` (8, 9): any row with (Progression or Arithmetic) and Position, i.e.
     ``(col1 or col2) and col5`` (the official MLCL rule). A PGM ``relation_structure_encoded`` (n, 12) is
