@@ -44,6 +44,7 @@ to the current working directory (run from the repository root); kernels run in 
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import json
 import multiprocessing
@@ -342,6 +343,51 @@ def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
     return specs
 
 
+def notebook_parameters(path: Path) -> set[str]:
+    """Names assigned in ``path``'s cell tagged ``parameters`` (what papermill can set).
+
+    Raises:
+        BatchConfigError: the notebook has no such cell, or the cell is not valid Python.
+    """
+    import ast
+
+    import nbformat
+
+    notebook = nbformat.read(str(path), as_version=4)
+    cells = [c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if not cells:
+        raise BatchConfigError(f"{path}: no cell tagged 'parameters', so no parameter can be set")
+    names: set[str] = set()
+    for cell in cells:
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as error:
+            raise BatchConfigError(f"{path}: the parameters cell is not valid Python ({error.msg}, line "
+                                   f"{error.lineno})") from None
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, ast.AnnAssign) else []
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def check_parameters(config: BatchConfig, specs: Sequence[RunSpec]) -> None:
+    """Every parameter a run sets must be a parameter of the template; a misspelling would otherwise run with
+    the default silently.
+
+    Raises:
+        BatchConfigError: naming the YAML, the grid, the parameter, the likely intended name and the template.
+    """
+    known = notebook_parameters(config.template)
+    for spec in specs:
+        for name in spec.parameters:
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise _fail(config.path, f"grid {spec.grid}: {name!r} is not a parameter of {config.template}{hint}")
+
+
 def run_dir_of(out: Path, spec: RunSpec) -> Path:
     """The run folder: ``<out>/<grid>/<name>``."""
     return out / spec.grid / spec.name
@@ -496,6 +542,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     config = load_batch_config(config_path)
     out_dir = Path(out) if out is not None else config.out
     specs = expand_grid(config, grids, overrides)
+    check_parameters(config, specs)
     plan = []
     for spec in specs:
         run_dir = run_dir_of(out_dir, spec)
@@ -618,14 +665,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point ``rpm-batch``; returns 1 when any run failed."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.gather:
+        if not Path(args.gather).is_dir():
+            parser.error(f"--gather: batch folder {args.gather} does not exist")
         for key, p in gather_results(args.gather).items():
             print(f"{key}: {p}")
         print(Path(args.gather, "table1.md").read_text())
         return 0
     if not args.config:
-        build_parser().error("a batch YAML is required (or --gather BATCH_DIR)")
+        parser.error("a batch YAML is required (or --gather BATCH_DIR)")
     try:
         results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
                             overrides=dict(args.overrides),

@@ -279,3 +279,28 @@ def test_execution_timeout_is_opt_in_and_a_timed_out_run_fails_without_a_retry(t
     assert done.status == "done"
     assert failed.status == "failed" and "Timeout" in failed.error
     assert (failed.run_dir / "attempts.txt").read_text() == "1"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["configs/demo.yaml", "--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--gather", "no/such/batch"], "--gather: batch folder no/such/batch does not exist"),
+])
+def test_hostile_cli_arguments_get_one_line_and_exit_2(argv, message, capsys):
+    from rpm_lib.batch import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {message}" in err and "Traceback" not in err
+
+
+def test_a_misspelled_parameter_is_refused_before_anything_runs(tmp_path):
+    template = Path(__file__).resolve().parents[1] / "notebooks" / "03_train.ipynb"
+    config = tmp_path / "typo.yaml"
+    config.write_text(json.dumps({"name": "typo", "template": str(template), "out": str(tmp_path / "out"),
+                                  "fixed": {"batchsize": 4}, "grids": [{"name": "main", "axes": {"seed": [0]}}]}))
+    with pytest.raises(batch.BatchConfigError, match=r"typo.yaml: grid main: 'batchsize' is not a parameter of .*"
+                                                     r"03_train.ipynb \(did you mean 'batch_size'\?\)"):
+        batch.run_batch(config, dry_run=True, quiet=True)
+    assert not (tmp_path / "out").exists()

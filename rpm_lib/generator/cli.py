@@ -8,8 +8,10 @@ Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from rpm_lib.generator.writer import write_dataset
@@ -52,16 +54,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def output_folder_problem(out: str) -> str | None:
+    """Why ``out`` cannot be an output folder (empty, an existing file, under a file, not writable), or None."""
+    if not out or not out.strip():
+        return "empty path (name the folder to write into)"
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return f"{out} exists and is not a folder"
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, so {out} cannot be created"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rpm-generate``; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.num_per_config < 0:
-        parser.error("--num-per-config must be >= 0")
+    if args.num_per_config < 1:
+        parser.error("--num-per-config must be >= 1")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
     if args.start < 0:
         parser.error("--start must be >= 0")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    problem = output_folder_problem(args.out)
+    if problem:
+        parser.error(f"--out: {problem}")
     try:
         configurations = resolve_configurations(args.configurations)
     except ValueError as error:
@@ -81,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except RuntimeError as error:
         print(f"rpm-generate: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # e.g. the disk filled up: finished problems stay, a rerun resumes
+        print(f"rpm-generate: error: {error.strerror or error} ({error.filename or args.out}); the problems "
+              "written so far are kept and a rerun of the same command resumes", file=sys.stderr)
         return 1
     seconds = time.perf_counter() - began
     rate = summary["written"] / seconds if seconds > 0 else 0.0

@@ -67,6 +67,36 @@ def _number(value: Any) -> float | str:
     return "" if math.isnan(number) else number
 
 
+class NonFiniteLossError(RuntimeError):
+    """A stage's training or validation loss became NaN or infinite; the run stops without results."""
+
+
+class FiniteLossGuard(L.Callback):
+    """Stop the run with :class:`NonFiniteLossError` when an epoch's training loss or its validation loss is
+    not finite, so a diverged run never reaches evaluation and never writes metrics that look real.
+
+    Checked once per validation (the epoch's mean loss is already on the host then), not per step: a check
+    per step would make the CPU wait for the GPU every step.
+    """
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        train_loss = pl_module.epoch_train_loss()  # type: ignore[attr-defined]
+        val_loss = trainer.callback_metrics.get("val/loss")
+        val_loss = float(val_loss) if val_loss is not None else float("nan")
+        # NaN train loss before the first step (no steps yet) is not divergence.
+        seen_steps = getattr(pl_module, "_epoch_loss_count", 0) > 0
+        if (seen_steps and not math.isfinite(train_loss)) or not math.isfinite(val_loss):
+            raise NonFiniteLossError(
+                f"stage {self.stage}, epoch {trainer.current_epoch}: the loss is not finite (training {train_loss}, "
+                f"validation {val_loss}); the run stops without results. Lower lr, set gradient_clip_val, or check "
+                f"the data")
+
+
 class StepLimit(L.Callback):
     """Stop a stage after ``max_steps`` optimiser steps, *with* a final validation.
 

@@ -67,11 +67,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from rpm_lib.training.run import train
 
+    from rpm_lib.training.callbacks import NonFiniteLossError
+
+    from rpm_lib.data import DataFormatError
+
     try:
         metrics = train(config)
-    except ConfigError as error:
+    except (ConfigError, DataFormatError) as error:
         print(f"rpm-train: error: {error}", file=sys.stderr)
         return 2
+    except NonFiniteLossError as error:
+        print(f"rpm-train: error: {error}", file=sys.stderr)
+        return 1
     if "test_accuracy" in metrics:
         summary = {k: metrics[k] for k in ("setup", "encoder", "test_accuracy", "test_accuracy_per_configuration_short",
                                            "test_accuracy_per_regime") if k in metrics}

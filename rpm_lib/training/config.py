@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -284,6 +285,8 @@ class TrainConfig:
                     f"{_suggest(str(value), [str(c) for c in meta['choices']])}"
                 )
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not math.isfinite(value):  # nan passes every comparison below; inf is never meant
+                    raise ConfigError(f"config field {f.name!r}: must be a finite number, got {value!r}")
                 if "minimum" in meta and value < meta["minimum"]:
                     raise ConfigError(f"config field {f.name!r}: must be >= {meta['minimum']}, got {value!r}")
                 if "exclusive_minimum" in meta and value <= meta["exclusive_minimum"]:

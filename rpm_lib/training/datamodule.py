@@ -203,6 +203,9 @@ class RpmDataModule(L.LightningDataModule):
         if self.train_set is None:
             self.train_set = self.make_split("train", training=True)
             self.val_set = self.make_split("val")
+            # The test split is read only after the last stage: find out now that it is missing, not hours later.
+            if len(make_dataset(self.config, "test")) == 0:
+                raise ConfigError(f"config field 'data_root': no test problems found in {self.config.data_root}")
 
     def _world(self) -> tuple[int, int]:
         trainer = self.trainer

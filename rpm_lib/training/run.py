@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-from rpm_lib.training.callbacks import HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
@@ -158,7 +158,8 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path,
         limit_train_batches=config.limit_train_batches,
         limit_val_batches=config.limit_val_batches,
         num_sanity_val_steps=0,
-        callbacks=[history, StepLimit(config.max_steps), early_stopping, checkpoint, *callbacks],
+        callbacks=[history, FiniteLossGuard(plan.name), StepLimit(config.max_steps), early_stopping, checkpoint,
+                   *callbacks],
         logger=False,
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,

@@ -64,3 +64,27 @@ def test_demo_steps_are_idempotent_and_write_the_gallery(tmp_path, capsys):
     assert "0 written, 7 reused" in capsys.readouterr().out
     assert demo.main(argv[:-2] + ["--steps", "fly"]) == 1
     assert "unknown demo step" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--out", "x", "--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["--out", "", "--num-per-config", "1"], "--out: empty path"),
+    (["--out", "x", "--num-per-config", "0"], "--num-per-config must be >= 1"),
+])
+def test_hostile_arguments_are_refused_before_anything_is_created(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {message}" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [], "nothing created"
+
+
+def test_out_must_be_a_writable_folder(capsys, tmp_path):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("not a folder")
+    for out, message in [(a_file, "exists and is not a folder"), (a_file / "sub", "is a file, so")]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["--out", str(out), "--num-per-config", "1"])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -1,0 +1,53 @@
+"""Hostile training inputs (issue 12): every case a clear one-line error naming the field, nothing silently wrong."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from rpm_lib.training import ConfigError, TrainConfig, parse_overrides
+from rpm_lib.training.callbacks import NonFiniteLossError
+from rpm_lib.training.cli import main as rpm_train
+
+
+@pytest.mark.parametrize("override", ["lr=nan", "lr=.inf", "beta=-.inf", "temperature=nan", "gamma=.nan"])
+def test_non_finite_numbers_are_refused_naming_the_field(override: str) -> None:
+    field = override.split("=")[0]
+    with pytest.raises(ConfigError, match=f"config field '{field}': must be a finite number"):
+        TrainConfig.from_dict(parse_overrides([override]))
+
+
+def test_rpm_train_answers_a_non_finite_lr_with_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert rpm_train([f"run_dir={tmp_path / 'run'}", "lr=nan"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "rpm-train: error: config field 'lr': must be a finite number, got nan"
+
+
+def test_a_diverging_run_stops_with_a_clear_error_and_no_results(tiny_config: Callable[..., TrainConfig]) -> None:
+    from rpm_lib.training import train
+
+    # Adam moves every weight by about lr per step: 1e30 overflows float32 activations at once.
+    config = tiny_config(setup="ce", lr=1e30, max_steps=2)
+    with pytest.raises(NonFiniteLossError, match=r"stage supervised, epoch 0: the loss is not finite"):
+        train(config)
+    assert not (Path(config.run_dir) / "metrics.json").exists(), "no metrics that look real"
+    assert (Path(config.run_dir) / "history.csv").is_file(), "the diverged epoch stays on record"
+
+
+def test_a_missing_test_split_is_found_before_training(tiny_config: Callable[..., TrainConfig], tmp_path: Path) -> None:
+    import shutil
+
+    from rpm_lib.training import train
+
+    config = tiny_config(setup="ce")
+    data = tmp_path / "no-test"
+    shutil.copytree(config.data_root, data)
+    for path in data.rglob("*_test.*"):
+        path.unlink()
+    config = tiny_config(setup="ce", data_root=str(data))
+    from rpm_lib.data import DataFormatError
+
+    with pytest.raises(DataFormatError, match=r"no-test/center_single: no files for split\(s\) \['test'\]"):
+        train(config)
+    assert not (Path(config.run_dir) / "history.csv").exists(), "stopped before the first epoch"
