@@ -304,7 +304,9 @@ def prepare_cache(
     plan = _plan(kind, root, files, size, resize, chunk_size)
 
     if is_cache(out):
-        if _same_inputs(read_manifest(out)["plan"], plan):
+        manifest = read_manifest(out)
+        if isinstance(manifest.get("plan"), dict) and _same_inputs(manifest["plan"], plan):
+            check_cache(out, manifest)  # "up to date" only for a cache that is also intact
             print(f"{out}: cache is complete and up to date", file=sys.stderr)
             return out
         raise DataFormatError(f"{out}: a cache built from other inputs or settings exists; delete it or choose another --out")
@@ -413,6 +415,83 @@ def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tup
 # Reading
 # ----------------------------------------------------------------------------------------------
 
+#: What ``manifest.json`` must hold for a reader: field -> (type, description for the error).
+_MANIFEST_FIELDS: dict[str, tuple[type, str]] = {
+    "kind": (str, "a dataset kind"), "image_size": (int, "a panel size in px"), "resize": (str, "a resize method"),
+    "num_rows": (int, "a row count"), "group_names": (list, "a list of names"), "plan": (dict, "the build plan"),
+}
+
+
+def _array_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, data offset in bytes) of an ``.npy`` file, read from its header only."""
+    with path.open("rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read(handle)
+        return shape, dtype, handle.tell()
+
+
+def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
+    """Check a complete cache against its manifest before anything reads it: manifest fields and types, every
+    array's presence, header, shape, dtype and byte size, and the label values (group, split and answer ids).
+
+    Returns:
+        The label arrays (``groups``, ``splits``, ``file_ids``, ``valid``, ``targets``, ``meta``,
+        ``meta_target``), loaded.
+
+    Raises:
+        DataFormatError: one line naming the file and the field or array that is wrong.
+    """
+    path = Path(path)
+    where = path / MANIFEST
+    for field, (kind, description) in _MANIFEST_FIELDS.items():
+        value = manifest.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise DataFormatError(f"{where}: field {field!r} must be {description} ({kind.__name__}), got {value!r}")
+    if manifest["kind"] not in KINDS:
+        raise DataFormatError(f"{where}: field 'kind' must be one of {list(KINDS)}, got {manifest['kind']!r}")
+    spec = KINDS[manifest["kind"]]
+    n, size = manifest["num_rows"], manifest["image_size"]
+    if n < 0 or size < 1:
+        raise DataFormatError(f"{where}: fields 'num_rows' ({n}) and 'image_size' ({size}) must be >= 0 and >= 1")
+    if list(manifest["group_names"]) != list(spec.groups):
+        raise DataFormatError(f"{where}: field 'group_names' does not match the {spec.name} groups of this version")
+    expected = {
+        "panels": (np.uint8, (n, NUM_PANELS, size, size)),
+        "groups": (None, (n,)), "splits": (None, (n,)), "file_ids": (None, (n,)), "valid": (np.bool_, (n,)),
+        "targets": (None, (n,)), "meta": (np.uint8, (n, *spec.meta_shape)),
+        "meta_target": (np.uint8, (n, spec.meta_target_dim)),
+    }
+    for name, (dtype, shape) in expected.items():
+        file = path / f"{name}.npy"
+        if not file.is_file():
+            raise DataFormatError(f"{file}: missing (the cache is incomplete; rebuild it with `rpm-data prepare`)")
+        try:
+            found_shape, found_dtype, offset = _array_header(file)
+        except (ValueError, OSError, EOFError) as error:
+            raise DataFormatError(f"{file}: not a readable .npy array ({error})") from None
+        if tuple(found_shape) != shape:
+            raise DataFormatError(f"{file}: shape {tuple(found_shape)}, but {MANIFEST} (num_rows={n}, "
+                                  f"image_size={size}) needs {shape}")
+        if dtype is not None and found_dtype != np.dtype(dtype):
+            raise DataFormatError(f"{file}: dtype {found_dtype}, expected {np.dtype(dtype)}")
+        needed = offset + int(np.prod(shape, dtype=np.int64)) * found_dtype.itemsize
+        actual = file.stat().st_size
+        if actual < needed:
+            raise DataFormatError(f"{file}: truncated: {actual} bytes, {needed} needed for shape {shape}")
+    arrays = {name: np.load(path / f"{name}.npy") for name in expected if name != "panels"}
+    for name, limit in (("groups", len(spec.groups)), ("splits", len(SPLITS))):
+        values = arrays[name]
+        if len(values) and (values.min() < 0 or values.max() >= limit):
+            bad = int(values[(values < 0) | (values >= limit)][0])
+            raise DataFormatError(f"{path / f'{name}.npy'}: id {bad} outside 0..{limit - 1}")
+    targets = arrays["targets"][arrays["valid"]]
+    if len(targets) and (targets.min() < 0 or targets.max() > 7):
+        raise DataFormatError(f"{path / 'targets.npy'}: answer index outside 0..7 in a valid row")
+    return arrays
+
+
+
 
 class CacheReader:
     """Read access to a complete cache: label arrays in RAM, panels memory-mapped on first use (per process).
@@ -431,6 +510,9 @@ class CacheReader:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         self.spec = kind_spec(kind)
+        for field in ("kind", "image_size", "resize"):
+            if field not in self.manifest:
+                raise DataFormatError(f"{self.path / MANIFEST}: field {field!r} missing")
         if self.manifest["kind"] != kind:
             raise DataFormatError(f"{self.path}: this is a {self.manifest['kind']} cache, not a {kind} one")
         if self.manifest["image_size"] != image_size:
@@ -443,14 +525,14 @@ class CacheReader:
             raise DataFormatError(
                 f"{self.path}: cache built with resize={self.manifest['resize']!r}, requested resize={resize!r}"
             )
-        load = lambda name: np.load(self.path / f"{name}.npy")  # noqa: E731
-        self.groups = load("groups").astype(np.int64)
-        self.splits = load("splits").astype(np.int64)
-        self.file_ids = load("file_ids")
-        self.valid = load("valid")
-        self.targets = load("targets")
-        self.meta = load("meta")
-        self.meta_target = load("meta_target")
+        arrays = check_cache(self.path, self.manifest)
+        self.groups = arrays["groups"].astype(np.int64)
+        self.splits = arrays["splits"].astype(np.int64)
+        self.file_ids = arrays["file_ids"]
+        self.valid = arrays["valid"]
+        self.targets = arrays["targets"]
+        self.meta = arrays["meta"]
+        self.meta_target = arrays["meta_target"]
         self._panels: np.ndarray | None = None
         self._panels_pid: int | None = None
 

@@ -95,7 +95,8 @@ class RpmDataset(Dataset):
             markers = [m for m in CACHE_MARKERS if (self.root / m).exists()]
             if markers:
                 raise DataFormatError(
-                    f"{self.root}: incomplete cache (has {markers} but no manifest.json): rerun `rpm-data prepare`"
+                    f"{self.root}: incomplete or damaged cache (has {markers} but no manifest.json): rerun "
+                    "`rpm-data prepare` into a new folder"
                 )
             self._cache = None
             self._files = find_files()

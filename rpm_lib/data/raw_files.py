@@ -23,7 +23,7 @@ SPLITS: tuple[str, ...] = ("train", "val", "test")
 RAVEN_FILE_PATTERN = re.compile(r"^RAVEN_(?P<id>\d+)_(?P<split>train|val|test)\.npz$")
 PGM_FILE_PATTERN = re.compile(r"^PGM_(?P<regime>[A-Za-z.]+)_(?P<split>train|val|test)_(?P<id>\d+)\.npz$")
 #: Files whose presence marks a folder as an rpm_lib cache (complete or being built); never raw data.
-CACHE_MARKERS: tuple[str, ...] = ("manifest.json", "journal.jsonl", "plan.json")
+CACHE_MARKERS: tuple[str, ...] = ("manifest.json", "journal.jsonl", "plan.json", "panels.npy")
 
 
 @dataclass(frozen=True)

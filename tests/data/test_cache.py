@@ -75,7 +75,7 @@ def test_interrupted_build_leaves_no_manifest_and_resumes(make_raven_root, tmp_p
     assert not (partial / "manifest.json").exists()
     with pytest.raises(DataFormatError, match="interrupted cache build"):
         RavenDataset(out, "train")
-    with pytest.raises(DataFormatError, match="incomplete cache"):
+    with pytest.raises(DataFormatError, match="incomplete or damaged cache"):
         RavenDataset(partial, "train")
 
     # Simulate a kill in the middle of writing the journal: a torn last line must be ignored.

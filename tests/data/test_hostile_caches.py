@@ -1,0 +1,97 @@
+"""Caches that lie (issue 12): a damaged or edited cache is refused on open with one DataFormatError that names
+the file and the field, and `rpm-data prepare` never calls a damaged cache "up to date"."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rpm_lib.data import DataFormatError, RavenDataset, prepare_cache
+
+
+@pytest.fixture(scope="module")
+def raw_and_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from rpm_lib.generator.writer import write_dataset
+
+    root = tmp_path_factory.mktemp("hostile-cache")
+    raw = root / "raw"
+    write_dataset(raw, "all", count=10, seed=5, progress=False)  # k 0-5 train, 6-7 val, 8-9 test
+    cache = prepare_cache(raw, root / "cache", size=32, show_progress=False)
+    return raw, cache
+
+
+@pytest.fixture
+def damaged(raw_and_cache: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A private copy of the good cache to break."""
+    copy = tmp_path / "cache"
+    shutil.copytree(raw_and_cache[1], copy)
+    return copy
+
+
+def _open(cache: Path) -> RavenDataset:
+    return RavenDataset(cache, "train", image_size=32)
+
+
+def _edit_manifest(cache: Path, **changes) -> None:
+    manifest = json.loads((cache / "manifest.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            manifest.pop(key)
+        else:
+            manifest[key] = value
+    (cache / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_the_intact_cache_opens(raw_and_cache: tuple[Path, Path]) -> None:
+    assert len(_open(raw_and_cache[1])) == 7 * 6
+
+
+def test_a_deleted_manifest_is_named(damaged: Path) -> None:
+    (damaged / "manifest.json").unlink()
+    with pytest.raises(DataFormatError, match=r"incomplete or damaged cache \(has \['panels.npy'\] but no manifest"):
+        _open(damaged)
+
+
+def test_a_truncated_panels_file_is_refused_on_open_and_by_prepare(raw_and_cache, damaged: Path) -> None:
+    panels = damaged / "panels.npy"
+    with panels.open("r+b") as handle:
+        handle.truncate(panels.stat().st_size // 2)
+    with pytest.raises(DataFormatError, match=r"panels.npy: truncated: \d+ bytes, \d+ needed"):
+        _open(damaged)
+    with pytest.raises(DataFormatError, match=r"panels.npy: truncated"):
+        prepare_cache(raw_and_cache[0], damaged, size=32, show_progress=False)
+
+
+def test_an_edited_image_size_is_caught(damaged: Path) -> None:
+    _edit_manifest(damaged, image_size=48)
+    with pytest.raises(DataFormatError, match=r"panels.npy: shape \(\d+, 16, 32, 32\), but manifest.json .* needs"):
+        RavenDataset(damaged, "train", image_size=48)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"num_rows": "many"}, r"field 'num_rows' must be a row count \(int\), got 'many'"),
+    ({"group_names": None}, r"field 'group_names' must be a list of names"),
+    ({"kind": None}, r"field 'kind' missing"),
+    ({"plan": []}, r"field 'plan' must be the build plan \(dict\)"),
+])
+def test_malformed_manifests_name_the_field(damaged: Path, changes: dict, message: str) -> None:
+    _edit_manifest(damaged, **changes)
+    with pytest.raises(DataFormatError, match=f"manifest.json: {message}"):
+        _open(damaged)
+
+
+def test_a_group_id_out_of_range_is_refused_not_dropped(damaged: Path) -> None:
+    groups = np.load(damaged / "groups.npy")
+    groups[3] = 99
+    np.save(damaged / "groups.npy", groups)
+    with pytest.raises(DataFormatError, match=r"groups.npy: id 99 outside 0..6"):
+        _open(damaged)
+
+
+def test_a_missing_label_array_is_named(damaged: Path) -> None:
+    (damaged / "targets.npy").unlink()
+    with pytest.raises(DataFormatError, match=r"targets.npy: missing"):
+        _open(damaged)
