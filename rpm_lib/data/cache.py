@@ -28,6 +28,8 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,7 @@ from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import SPLITS, RawFile, find_pgm_files, find_raven_files, pgm_source_id, raven_source_id
 from rpm_lib.data.resize import check_resize, resize_panels
 from rpm_lib.data.validation import NUM_PANELS, PGM_MAX_TRIPLES, RpmRecord, load_pgm_npz, load_raven_npz
+from rpm_lib.folder_lock import check_free_space, exclusive_writer
 
 CACHE_FORMAT = "rpm_lib-cache"
 CACHE_VERSION = 1
@@ -166,9 +169,14 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
 
 
 def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, chunk_size: int) -> dict:
-    digest = hashlib.sha256()
+    # Names say which files; size and modification time (ns) say which contents, without reading them: a file
+    # regenerated or replaced under the same name changes its time, so the cache is rebuilt, not trusted.
+    digest, content = hashlib.sha256(), hashlib.sha256()
     for f in files:
-        digest.update(f"{f.path.relative_to(root)}\n".encode())
+        name = f.path.relative_to(root)
+        stat = f.path.stat()
+        digest.update(f"{name}\n".encode())
+        content.update(f"{name}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
     return {
         "kind": kind,
         "image_size": size,
@@ -176,12 +184,13 @@ def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, c
         "source_root": str(root),
         "num_rows": len(files),
         "files_sha256": digest.hexdigest(),
+        "content_sha256": content.hexdigest(),
         "chunk_size": chunk_size,
     }
 
 
 def _same_inputs(a: dict, b: dict) -> bool:
-    keys = ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256")
+    keys = ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256", "content_sha256")
     return all(a.get(k) == b.get(k) for k in keys)
 
 
@@ -300,6 +309,16 @@ def prepare_cache(
             raise ValueError("configurations= applies to kind='raven' only")
         files = find_pgm_files(root, regimes)
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # One writer per cache: a second `rpm-data prepare` into the same --out is refused, naming the first.
+    with exclusive_writer(out.with_name(out.name + ".lock"), "rpm-data prepare"):
+        return _prepare_locked(root, out, files, spec, size, workers, kind, on_error, resize, chunk_size, progress,
+                               show_progress)
+
+
+def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, size: int, workers: int, kind: str,
+                    on_error: str, resize: str, chunk_size: int, progress: Callable[[int, int], None] | None,
+                    show_progress: bool) -> Path:
     partial = out.with_name(out.name + ".partial")
     plan = _plan(kind, root, files, size, resize, chunk_size)
 
@@ -309,7 +328,14 @@ def prepare_cache(
             check_cache(out, manifest)  # "up to date" only for a cache that is also intact
             print(f"{out}: cache is complete and up to date", file=sys.stderr)
             return out
-        raise DataFormatError(f"{out}: a cache built from other inputs or settings exists; delete it or choose another --out")
+        previous = manifest.get("plan") if isinstance(manifest.get("plan"), dict) else {}
+        if "content_sha256" not in previous:
+            raise DataFormatError(f"{out}: a cache built by an older rpm_lib, which did not record its input files' "
+                                  "sizes and times, so it cannot be checked; delete it or choose another --out")
+        changed = [k for k in ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256",
+                               "content_sha256") if previous.get(k) != plan.get(k)]
+        raise DataFormatError(f"{out}: a cache built from other inputs or settings exists (differs in "
+                              f"{', '.join(changed)}); delete it or choose another --out")
     if out.exists():
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()
@@ -327,10 +353,15 @@ def prepare_cache(
         elif is_cache(partial):  # finished, killed before the rename
             os.rename(partial, out)
             return out
+    # Memory-mapped outputs are sparse files: without this check a full disk shows up as SIGBUS mid-build.
+    row_bytes = NUM_PANELS * size * size + 8 + int(np.prod(spec.meta_shape)) + spec.meta_target_dim + 1
     if not partial.exists():
+        check_free_space(partial, len(files) * row_bytes, "rpm-data prepare")
         _allocate(partial, spec, files, size, plan)
 
     done, skipped = _read_journal(partial)
+    rows_left = len(files) - sum(min(chunk_size, len(files) - i * chunk_size) for i in done)
+    check_free_space(partial, rows_left * row_bytes, "rpm-data prepare")
     starts = range(0, len(files), chunk_size)
     chunks = [
         _Chunk(i, start, [str(f.path) for f in files[start : start + chunk_size]], kind, size, resize,
@@ -368,9 +399,17 @@ def prepare_cache(
             else:
                 method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
                 context = multiprocessing.get_context(method)
-                with context.Pool(min(workers, len(chunks)), initializer=_init_worker) as pool:
-                    for result in pool.imap_unordered(_convert_chunk, chunks):
-                        record(result)
+                # An executor, not multiprocessing.Pool: a worker killed by a signal (SIGBUS when a memory map
+                # cannot get disk blocks) breaks the executor with an error instead of hanging the pool.
+                with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context,
+                                         initializer=_init_worker) as executor:
+                    try:
+                        for future in as_completed([executor.submit(_convert_chunk, c) for c in chunks]):
+                            record(future.result())
+                    except BrokenProcessPool:
+                        raise RuntimeError(f"{out}: a worker process died (killed by a signal; a full disk does "
+                                           "this through the memory map); finished chunks are kept and a rerun "
+                                           "resumes") from None
     finally:
         bar.close()
         labels.clear()  # drop the memmaps before the folder is renamed

@@ -72,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DataFormatError, ValueError) as error:
         print(f"rpm-data: error: {error}", file=sys.stderr)
         return 2
+    except (RuntimeError, OSError) as error:  # another writer, a dead worker, a full disk: work done is kept
+        message = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        where = f" ({error.filename})" if isinstance(error, OSError) and error.filename else ""
+        print(f"rpm-data: error: {message}{where}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -17,8 +17,10 @@ when its .npz has exactly the expected size and (unless ``write_xml=False``) its
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
+import sys
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,6 +29,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rpm_lib.folder_lock import check_free_space, exclusive_writer
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.labels import problem_labels, structure
 from rpm_lib.generator.problem import Problem
@@ -325,10 +328,55 @@ def write_dataset(
         raise ValueError(f"count and start must be >= 0, got count={count}, start={start}")
     names = resolve_configurations(configurations)
     root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    with exclusive_writer(root / LOCK_FILE, "rpm-generate"):
+        _check_settings(root, seed, mode)
+        return _write_locked(root, names, count, seed, mode, workers, write_xml, start, progress, chunk_size)
+
+
+#: Written into a generated folder: the settings its problems were made with (seed, mode, generator version).
+SETTINGS_FILE = "generator.json"
+#: The write lock of a generated folder (see rpm_lib.folder_lock).
+LOCK_FILE = ".rpm-generate.lock"
+
+
+def _check_settings(root: Path, seed: int, mode: str) -> None:
+    """Refuse to add problems of other settings to a folder; record the settings in a new one."""
+    import rpm_lib
+
+    record = root / SETTINGS_FILE
+    wanted = {"seed": int(seed), "mode": mode}
+    if record.is_file():
+        try:
+            found = json.loads(record.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise GeneratorSettingsError(f"{record}: unreadable ({error})") from None
+        differ = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
+        if differ:
+            said = ", ".join(f"{k} {old!r} there, {new!r} asked" for k, (old, new) in differ.items())
+            raise GeneratorSettingsError(f"{root}: holds problems generated with other settings ({said}); use the "
+                                         "same settings to extend it, or another --out")
+        return
+    if any(root.glob("*/RAVEN_*_*.npz")):
+        print(f"rpm-generate: note: {root} has problems but no {SETTINGS_FILE} (made by an older rpm_lib); their "
+              "seed and mode cannot be checked", file=sys.stderr)
+        return
+    record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__}, indent=1) + "\n")
+
+
+class GeneratorSettingsError(RuntimeError):
+    """The output folder holds problems of another seed or mode (or an unreadable settings record)."""
+
+
+def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str, workers: int, write_xml: bool,
+                  start: int, progress: bool, chunk_size: int) -> dict[str, int]:
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(root / name)
     chunks, done = pending_chunks(root, names, count, start, write_xml, chunk_size)
+    # .npz sizes are exact (uncompressed); an .xml adds well under 10 % of its .npz.
+    needed = sum((c.stop - c.start) * expected_npz_size(c.configuration) for c in chunks)
+    check_free_space(root, int(needed * (1.1 if write_xml else 1.0)), "rpm-generate")
     total = count * len(names)
     job = WriteJob(str(root), seed, mode, write_xml)
     bar = None

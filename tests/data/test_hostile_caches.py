@@ -95,3 +95,51 @@ def test_a_missing_label_array_is_named(damaged: Path) -> None:
     (damaged / "targets.npy").unlink()
     with pytest.raises(DataFormatError, match=r"targets.npy: missing"):
         _open(damaged)
+
+
+def test_replaced_raw_files_make_an_existing_cache_stale_not_up_to_date(tmp_path: Path) -> None:
+    from rpm_lib.generator.writer import write_dataset
+
+    raw = tmp_path / "raw"
+    write_dataset(raw, ["center_single"], count=10, seed=5, progress=False)
+    cache = prepare_cache(raw, tmp_path / "cache", size=32, configurations=["center_single"], show_progress=False)
+    assert prepare_cache(raw, cache, size=32, configurations=["center_single"], show_progress=False) == cache
+    # Another problem's bytes under the same name (what regenerating with another seed does).
+    first, other = raw / "center_single" / "RAVEN_0_train.npz", raw / "center_single" / "RAVEN_1_train.npz"
+    first.write_bytes(other.read_bytes())
+    with pytest.raises(DataFormatError, match=r"built from other inputs or settings exists \(differs in content_sha256\)"):
+        prepare_cache(raw, cache, size=32, configurations=["center_single"], show_progress=False)
+
+
+def test_a_second_prepare_into_the_same_folder_is_refused(raw_and_cache, tmp_path: Path) -> None:
+    from rpm_lib.folder_lock import FolderBusyError, exclusive_writer
+
+    out = tmp_path / "busy"
+    with exclusive_writer(out.with_name("busy.lock"), "rpm-data prepare"):
+        with pytest.raises(FolderBusyError, match=r"another rpm-data prepare is writing here \(pid \d+"):
+            prepare_cache(raw_and_cache[0], out, size=32, show_progress=False)
+    assert not out.exists() and not out.with_name("busy.partial").exists()
+
+
+def test_a_cache_that_cannot_fit_is_refused_before_any_byte(raw_and_cache, tmp_path: Path, monkeypatch) -> None:
+    import shutil as shutil_module
+    from collections import namedtuple
+
+    from rpm_lib.folder_lock import NotEnoughSpaceError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil_module, "disk_usage", lambda _path: usage(10**9, 10**9 - 10**6, 10**6))
+    with pytest.raises(NotEnoughSpaceError, match=r"rpm-data prepare: no space left on .*: need ~\d+ MB, 1 MB free"):
+        prepare_cache(raw_and_cache[0], tmp_path / "full", size=160, show_progress=False)
+    assert not (tmp_path / "full").exists() and not (tmp_path / "full.partial").exists()
+
+
+def test_rpm_data_answers_a_busy_folder_with_one_line(raw_and_cache, tmp_path: Path, capsys) -> None:
+    from rpm_lib.data.cli import main
+    from rpm_lib.folder_lock import exclusive_writer
+
+    out = tmp_path / "busy"
+    with exclusive_writer(out.with_name("busy.lock"), "rpm-data prepare"):
+        assert main(["prepare", str(raw_and_cache[0]), "--out", str(out), "--size", "32", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rpm-data: error: ") and "another rpm-data prepare" in err[0]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import filecmp
+import json
 import zipfile
 from pathlib import Path
 
@@ -17,7 +18,8 @@ SMALL = ["center_single", "in_distribute_four_out_center_single"]
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The problem files (inside the configuration folders; the settings record and lock file aside)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.parent != root}
 
 
 def test_split_by_index_mod_10():
@@ -155,3 +157,37 @@ def test_generated_files_have_the_reference_keys_shapes_and_dtypes(iraven_refere
                 assert (ours[key].shape, ours[key].dtype) == (reference[key].shape, reference[key].dtype), key
         assert ours_path.stat().st_size == (iraven_reference / configuration / "RAVEN_0_train.npz").stat().st_size
         assert read_problem_xml(ours_path.with_suffix(".xml")).configuration == configuration
+
+
+def test_a_folder_of_other_settings_is_refused_and_the_settings_are_recorded(tmp_path):
+    writer.write_dataset(tmp_path, SMALL, count=2, seed=5, progress=False)
+    record = json.loads((tmp_path / writer.SETTINGS_FILE).read_text())
+    assert (record["seed"], record["mode"]) == (5, "balanced")
+    with pytest.raises(writer.GeneratorSettingsError, match=r"other settings \(seed 5 there, 6 asked\)"):
+        writer.write_dataset(tmp_path, SMALL, count=3, seed=6, progress=False)
+    with pytest.raises(writer.GeneratorSettingsError, match=r"mode 'balanced' there, 'original' asked"):
+        writer.write_dataset(tmp_path, SMALL, count=3, seed=5, mode="original", progress=False)
+    assert writer.write_dataset(tmp_path, SMALL, count=3, seed=5, progress=False)["written"] == len(SMALL)
+
+
+def test_a_second_writer_is_refused_naming_the_first(tmp_path):
+    from rpm_lib.folder_lock import FolderBusyError, exclusive_writer
+
+    with exclusive_writer(tmp_path / writer.LOCK_FILE, "rpm-generate"):  # what a running rpm-generate holds
+        with pytest.raises(FolderBusyError, match=r"another rpm-generate is writing here \(pid \d+ on "):
+            writer.write_dataset(tmp_path, SMALL, count=1, seed=5, progress=False)
+    writer.write_dataset(tmp_path, SMALL, count=1, seed=5, progress=False)  # free again
+
+
+def test_a_write_that_cannot_fit_is_refused_before_any_byte(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from rpm_lib.folder_lock import NotEnoughSpaceError
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(10**9, 10**9 - 10**6, 10**6))
+    with pytest.raises(NotEnoughSpaceError, match=r"rpm-generate: no space left on .*: need ~\d+ MB, 1 MB free"):
+        writer.write_dataset(tmp_path, SMALL, count=100, seed=5, progress=False)
+    assert not list(tmp_path.glob("*/*.npz"))
+
