@@ -583,7 +583,10 @@ class CacheReader:
             g = self.spec.groups.index(name)
             rows = np.flatnonzero((self.groups == g) & (self.splits == split_index) & self.valid)
             if len(rows) == 0:
-                raise DataFormatError(f"{self.path}: the cache has no {name!r} problems for split {split!r}")
+                present = [n for i, n in enumerate(self.spec.groups) if ((self.groups == i) & self.valid).any()]
+                field = "configurations" if self.spec.name == "raven" else "pgm_regime"
+                raise DataFormatError(f"{self.path}: the cache has no {name!r} problems for split {split!r}; it "
+                                      f"holds {', '.join(present) or 'nothing'} (choose those with {field}=)")
             parts.append(rows[np.argsort(self.file_ids[rows], kind="stable")])
         return np.concatenate(parts)
 

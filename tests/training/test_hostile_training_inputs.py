@@ -51,3 +51,17 @@ def test_a_missing_test_split_is_found_before_training(tiny_config: Callable[...
     with pytest.raises(DataFormatError, match=r"no-test/center_single: no files for split\(s\) \['test'\]"):
         train(config)
     assert not (Path(config.run_dir) / "history.csv").exists(), "stopped before the first epoch"
+
+
+def test_a_cache_of_one_configuration_names_what_it_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rpm_lib.data import prepare_cache
+    from rpm_lib.generator.writer import write_dataset
+
+    raw = tmp_path / "raw"
+    write_dataset(raw, ["center_single"], count=10, seed=5, progress=False)
+    cache = prepare_cache(raw, tmp_path / "cache", size=32, configurations=["center_single"], show_progress=False)
+    assert rpm_train([f"data_root={cache}", "image_size=32", f"run_dir={tmp_path / 'run'}", "setup=ce",
+                      "max_steps=1", "progress_bar=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the cache has no 'distribute_four' problems" in err[0]
+    assert "it holds center_single (choose those with configurations=)" in err[0]
