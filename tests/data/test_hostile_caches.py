@@ -31,6 +31,14 @@ def damaged(raw_and_cache: tuple[Path, Path], tmp_path: Path) -> Path:
     return copy
 
 
+def _die_in_worker(_chunk) -> None:
+    """What SIGBUS from a memory map on a full disk does to a cache worker (module level: it is pickled)."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _open(cache: Path) -> RavenDataset:
     return RavenDataset(cache, "train", image_size=32)
 
@@ -143,3 +151,15 @@ def test_rpm_data_answers_a_busy_folder_with_one_line(raw_and_cache, tmp_path: P
         assert main(["prepare", str(raw_and_cache[0]), "--out", str(out), "--size", "32", "--no-progress"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("rpm-data: error: ") and "another rpm-data prepare" in err[0]
+
+
+def test_a_worker_killed_mid_build_stops_the_build_with_an_error_not_a_hang(raw_and_cache, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    from rpm_lib.data import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "_convert_chunk", _die_in_worker)
+    with pytest.raises(RuntimeError, match=r"a worker process died .* finished chunks are kept and a rerun resumes"):
+        prepare_cache(raw_and_cache[0], tmp_path / "killed", size=32, workers=2, chunk_size=8, show_progress=False)
+    monkeypatch.undo()
+    cache = prepare_cache(raw_and_cache[0], tmp_path / "killed", size=32, workers=2, chunk_size=8, show_progress=False)
+    assert len(RavenDataset(cache, "train", image_size=32)) == 7 * 6
