@@ -70,6 +70,6 @@ def check_free_space(folder: str | Path, needed_bytes: int, what: str) -> None:
     free = shutil.disk_usage(existing).free
     margin = 16 * 2**20  # journal, manifest, file-system overhead
     if needed_bytes + margin > free:
-        raise NotEnoughSpaceError(f"{what}: no space left on {existing}: need ~{(needed_bytes + margin) / 1e6:,.0f} MB, "
-                                  f"{free / 1e6:,.0f} MB free")
+        raise NotEnoughSpaceError(f"no space left on {existing} for {what}: need ~{(needed_bytes + margin) / 1e6:,.0f} "
+                                  f"MB, {free / 1e6:,.0f} MB free")
 

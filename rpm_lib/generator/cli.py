@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from rpm_lib.folder_lock import NotEnoughSpaceError
 from rpm_lib.generator.writer import write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
@@ -106,7 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as error:
         print(f"rpm-generate: error: {error}", file=sys.stderr)
         return 1
-    except OSError as error:  # e.g. the disk filled up: finished problems stay, a rerun resumes
+    except NotEnoughSpaceError as error:  # checked before writing: nothing was written
+        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # e.g. the disk filled up anyway: finished problems stay, a rerun resumes
         print(f"rpm-generate: error: {error.strerror or error} ({error.filename or args.out}); the problems "
               "written so far are kept and a rerun of the same command resumes", file=sys.stderr)
         return 1

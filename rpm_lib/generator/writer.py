@@ -330,7 +330,6 @@ def write_dataset(
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     with exclusive_writer(root / LOCK_FILE, "rpm-generate"):
-        _check_settings(root, seed, mode)
         return _write_locked(root, names, count, seed, mode, workers, write_xml, start, progress, chunk_size)
 
 
@@ -370,13 +369,14 @@ class GeneratorSettingsError(RuntimeError):
 
 def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str, workers: int, write_xml: bool,
                   start: int, progress: bool, chunk_size: int) -> dict[str, int]:
-    for name in names:
-        (root / name).mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(root / name)
     chunks, done = pending_chunks(root, names, count, start, write_xml, chunk_size)
     # .npz sizes are exact (uncompressed); an .xml adds well under 10 % of its .npz.
     needed = sum((c.stop - c.start) * expected_npz_size(c.configuration) for c in chunks)
     check_free_space(root, int(needed * (1.1 if write_xml else 1.0)), "rpm-generate")
+    _check_settings(root, seed, mode)
+    for name in names:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(root / name)
     total = count * len(names)
     job = WriteJob(str(root), seed, mode, write_xml)
     bar = None

@@ -137,7 +137,7 @@ def test_a_cache_that_cannot_fit_is_refused_before_any_byte(raw_and_cache, tmp_p
 
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil_module, "disk_usage", lambda _path: usage(10**9, 10**9 - 10**6, 10**6))
-    with pytest.raises(NotEnoughSpaceError, match=r"rpm-data prepare: no space left on .*: need ~\d+ MB, 1 MB free"):
+    with pytest.raises(NotEnoughSpaceError, match=r"no space left on .* for rpm-data prepare: need ~\d+ MB, 1 MB free"):
         prepare_cache(raw_and_cache[0], tmp_path / "full", size=160, show_progress=False)
     assert not (tmp_path / "full").exists() and not (tmp_path / "full.partial").exists()
 
