@@ -59,8 +59,10 @@ def test_read_history_and_plot(tmp_path):
     fig = viz.plot_history(h)
     left, right = fig.axes
     assert {ln.get_label() for ln in left.lines} == {"train_loss", "val_loss"}
-    assert [ln.get_label() for ln in right.lines] == ["val_accuracy"]
+    assert [ln.get_label() for ln in right.lines] == ["val_accuracy", "chance (12.5 %)"]
     assert left.lines[0].get_xdata().tolist() == [0.0, 1.0]  # NaN rows skipped
+    # Accuracy in percent on a fixed 0-100 axis, so small wobbles are not magnified.
+    assert right.lines[0].get_ydata().tolist() == pytest.approx([20.0, 30.0]) and right.get_ylim() == (0, 100)
 
 
 def test_figures_have_fixed_sizes_and_data(tmp_path):

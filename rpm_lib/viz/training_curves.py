@@ -8,6 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from rpm_lib.viz.evaluation import CHANCE_PERCENT
+
 
 def history_x(history: Mapping[str, np.ndarray]) -> tuple[np.ndarray, str, list[tuple[float, str]]]:
     """x values for ``plot_history``: epochs counted across stages.
@@ -43,7 +45,8 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
 
     Columns containing ``loss`` go left, columns containing ``acc`` right; the x axis counts epochs across
     stages (``history_x``) with a dashed line and the stage name where each stage starts. NaN points
-    (e.g. ``val_accuracy`` during MLCL pre-training) are skipped.
+    (e.g. ``val_accuracy`` during MLCL pre-training) are skipped. Accuracies are drawn in percent on a fixed
+    0-100 axis with the chance level (12.5 %) dashed, so a wobble of a few tenths of a point stays a wobble.
     """
     xs, xlabel, boundaries = history_x(history)
     numeric = {k: np.asarray(v) for k, v in history.items()
@@ -56,15 +59,21 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
                 continue
             ok = ~np.isnan(values)
             if ok.any():
-                ax.plot(xs[ok], values[ok], marker="." if ok.sum() < 30 else None, label=name)
+                shown = 100 * values[ok] if key == "acc" else values[ok]
+                ax.plot(xs[ok], shown, marker="." if ok.sum() < 30 else None, label=name)
                 plotted += 1
+        if key == "acc":
+            ax.set_ylim(0, 100)
+            ax.axhline(CHANCE_PERCENT, color="grey", ls=":", lw=1, label="chance (12.5 %)")
+            ylabel = "accuracy (%)"
         for x0, stage in boundaries if len(boundaries) > 1 else []:
             ax.axvline(x0, color="grey", ls="--", lw=0.8)
             ax.annotate(stage, (x0, 1), xycoords=("data", "axes fraction"), fontsize=7, va="top")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if plotted:
-            ax.legend(fontsize=7)
+            # Curves live low on a 0-100 accuracy axis: the upper right stays free of data there.
+            ax.legend(fontsize=7, loc="upper right" if key == "acc" else "best")
         else:
             ax.text(0.5, 0.5, f"no '{key}' values", ha="center", va="center", transform=ax.transAxes)
     if title:
