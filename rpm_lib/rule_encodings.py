@@ -9,7 +9,8 @@ are in :mod:`rpm_lib.rules` (its module docstring has the tables).
 Slot names are one naming everywhere (``metrics.json``, notebook 05, figures):
 
 * RAVEN sparse: ``"component 0: Progression on Size"``, or ``"Left: Progression on Size"`` when the
-  configuration is known (component names from ``rules.COMPONENT_NAMES``); sparse-40's two slots that no
+  configuration is known (component names from ``rules.COMPONENT_NAMES``; a rule on a component the
+  configuration lacks, which only a prediction can have, reads ``"component 1 (not in Center): ..."``); sparse-40's two slots that no
   rule maps to (Arithmetic on Type) are ``"unused slot 10"`` / ``"unused slot 32"``.
 * dense: the column names (``rules.META_TARGET_FORMAT`` for RAVEN, ``rules.PGM_META_TARGET_FORMAT`` for PGM).
 * PGM sparse-50: ``"progression on shape size"``.
@@ -89,7 +90,11 @@ def _component_names(configuration: str | None) -> tuple[str, ...]:
 def _raven_rule_words(rule: rules.RavenRule, configuration: str | None) -> str:
     names = _component_names(configuration)
     c = rule[0]
-    return rules.format_raven_rule(rule, names if c < len(names) else None)
+    if configuration is None or c < len(names):
+        return rules.format_raven_rule(rule, names or None)
+    # A predicted rule on a component the configuration does not have: said so, not hidden.
+    short = rules.SHORT_NAMES[rules.resolve_configuration(configuration)]
+    return rules.format_raven_rule(rule, [f"component {k} (not in {short})" for k in range(c + 1)])
 
 
 def _raven_slot_names(layout: str, configuration: str | None) -> list[str]:

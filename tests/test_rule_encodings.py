@@ -46,8 +46,9 @@ def test_raven_sparse_slots_are_named_by_component_and_configuration() -> None:
     assert named[19 + rules.RAVEN_RULE_PAIRS.index(("Progression", "Type"))] == "Right: Progression on Type"
     assert "Right: Progression on Type" in encoding.decode(vector, configuration="L-R")
     assert "component 1: Progression on Type" in encoding.decode(vector)
-    # a one-component configuration leaves component 1's (always zero) slots generically named
-    assert encoding.slot_names("center_single")[19].startswith("component 1: ")
+    # a one-component configuration says so for component 1's slots, which only a prediction can fill
+    assert encoding.slot_names("center_single")[19].startswith("component 1 (not in Center): ")
+    assert "Grid: Progression on Type" in encoding.decode(encoding.encode_batch(CENTER[None])[0], configuration="Center")
 
 
 def test_sparse40_and_sparse50_names() -> None:
