@@ -80,7 +80,7 @@ def plot_answer_positions(counts: Mapping[str, np.ndarray], title: str | None = 
     ax.set_ylabel("problems")
     ax.set_xticks(range(8))
     if counts:
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: inside it hid bars
     ax.set_title(title or "answer positions")
     fig.tight_layout()
     return fig

@@ -48,7 +48,8 @@ def plot_accuracy_bars(accuracy: Mapping[str, float], reference: Mapping[str, fl
     ax.set_xticks(x, names, rotation=0, fontsize=8)
     ax.set_ylim(0, 105)
     ax.set_ylabel("accuracy (%)")
-    ax.legend(fontsize=8, loc="lower right")
+    # Outside the axes: inside, it covered the last bars (O-IG).
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if title:
         ax.set_title(title)
     fig.tight_layout()
