@@ -91,7 +91,7 @@ def format_percent(value: float | None, digits: int = 1) -> str:
 def load_or_generate(data_root: str, split: str, *, sample_root: str = "data/notebook-sample",
                      sample_per_config: int = 20, sample_seed: int = 0, sample_mode: str = "balanced",
                      configurations: Sequence[str] | None = None, image_size: int = 160,
-                     answer_order: str = "none") -> Any:
+                     answer_order: str = "none", progress: bool = True) -> Any:
     """A ``RavenDataset`` of ``data_root``; when ``data_root`` is empty, of a small generated sample set.
 
     The sample set (``sample_per_config`` problems per configuration, split by ``k % 10``) is written to
@@ -107,8 +107,9 @@ def load_or_generate(data_root: str, split: str, *, sample_root: str = "data/not
         from rpm_lib.generator.writer import write_dataset
 
         root = resolve_path(sample_root)
+        # A progress bar while generating (seconds of silence otherwise); none when the sample exists.
         write_dataset(root, list(rules.CONFIGURATIONS), count=sample_per_config, seed=sample_seed,
-                      mode=sample_mode, write_xml=False, progress=False)
+                      mode=sample_mode, write_xml=False, progress=progress)
     return RavenDataset(root, split, configurations=configurations or None, image_size=image_size,
                         answer_order=answer_order)
 

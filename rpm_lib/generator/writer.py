@@ -380,7 +380,7 @@ def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str
     total = count * len(names)
     job = WriteJob(str(root), seed, mode, write_xml)
     bar = None
-    if progress:
+    if progress and chunks:  # nothing to write: no bar
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total, initial=done, unit="problem", desc=f"rpm-generate -> {root}", smoothing=0.05)
