@@ -188,6 +188,16 @@ def test_describe_applied():
     applied = [AppliedTransform("hflip", {}), AppliedTransform("rotate", {"angle": 37.4}),
                AppliedTransform("roll_vh", {"dy": 3, "dx": 5})]
     assert viz.describe_applied(applied) == "hflip + rotate 37° + roll_vh (3, 5)"
+    no_ops = [AppliedTransform("rot90", {"factor": 4}), AppliedTransform("rotate", {"angle": -1.2}),
+              AppliedTransform("roll_vh", {"dy": 0, "dx": 0})]
+    assert viz.describe_applied(no_ops) == "identity", "steps that change nothing visibly are not listed"
+    assert viz.describe_applied([*no_ops, AppliedTransform("rot90", {"factor": 1})]) == "rot90 ×1"
+
+
+def test_recipe_examples_show_a_visible_change_in_every_tile():
+    panels = np.random.default_rng(0).integers(0, 256, size=(16, 32, 32), dtype=np.uint8)
+    draws = viz.recipe_examples(panels, 3, True, "official", 8, seed=0)  # position rule: the sparse fallback
+    assert len(draws) == 8 and not any(caption.endswith("identity") for caption in draws)
 
 
 def test_compare_rules_and_sigmoid():
