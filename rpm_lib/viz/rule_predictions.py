@@ -28,13 +28,15 @@ def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[s
         cols = np.flatnonzero((true > 0).any(0) | (predicted >= 0.5).any(0))
         if cols.size == 0:
             cols = np.arange(true.shape[1])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5), sharey=True)
+    # Tall enough for the rule names below the axes at a readable size (8 pt).
+    fig, axes = plt.subplots(1, 2, figsize=(12, 7), sharey=True, layout="constrained")
     for ax, data, label in ((axes[0], true, "true rules"), (axes[1], predicted, "predicted probability")):
         im = ax.imshow(data[:, cols], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-        ax.set_xticks(range(len(cols)), [names[c] for c in cols], rotation=90, fontsize=6)
-        ax.set_title(label, fontsize=9)
+        ax.set_xticks(range(len(cols)), [names[c] for c in cols], rotation=90, fontsize=8)
+        ax.set_xlabel("rule")
+        ax.set_title(label, fontsize=10)
     axes[0].set_ylabel("problem")
-    fig.colorbar(im, ax=axes, fraction=0.03)
+    fig.colorbar(im, ax=axes, fraction=0.03, label="1 = rule present / predicted")
     if title:
         fig.suptitle(title)
     return fig
@@ -42,7 +44,8 @@ def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[s
 
 def plot_per_rule_f1(scores: Mapping[str, np.ndarray], names: Sequence[str], min_support: int = 1,
                      title: str | None = None) -> Figure:
-    """Horizontal bars of per-rule F1 (from ``rpm_lib.training.metrics.per_rule_scores``) for rules with ``support >= min_support``."""
+    """Horizontal bars of per-rule F1 (from ``rpm_lib.training.metrics.per_rule_scores``) for rules with
+    ``support >= min_support``."""
     f1, support = np.asarray(scores["f1"]), np.asarray(scores["support"])
     keep = np.flatnonzero(support >= min_support)
     fig, ax = plt.subplots(figsize=(6, max(2.5, 0.18 * len(keep) + 1)))
