@@ -283,7 +283,9 @@ def plot_matrices(images: Mapping[str, np.ndarray], ncols: int = 4, title: str |
     n = len(images)
     ncols = max(1, min(ncols, n))
     nrows = (n + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_inches * ncols, cell_inches * nrows + 0.4), squeeze=False)
+    # 0.3 in per row for its captions, so a second row's captions never touch the images above.
+    fig, axes = plt.subplots(nrows, ncols, figsize=(cell_inches * ncols, (cell_inches + 0.3) * nrows + 0.4),
+                             squeeze=False)
     for ax in axes.ravel():
         ax.axis("off")
     for ax, (caption, image) in zip(axes.ravel(), images.items()):
