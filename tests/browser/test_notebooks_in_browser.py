@@ -1,0 +1,77 @@
+"""The interactive notebooks opened in JupyterLab in a real (headless) Chromium: every cell runs without an
+error, widgets render as controls, and moving a control redraws the figure (issue 13)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from browser.jupyterlab_session import CHROMIUM, CHROMIUM_ARGS, jupyterlab, set_parameters, why_not_available
+
+REPO = Path(__file__).resolve().parents[2]
+REASON = why_not_available()
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+
+
+def _run_all(page, timeout_s: float = 240) -> None:
+    page.locator(".jp-Notebook").wait_for(timeout=60_000)
+    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=60_000)  # the kernel is up
+    page.get_by_role("menuitem", name="Run").click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    # Done when no prompt shows [*] and the last code cell has an execution count.
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent);
+            return prompts.length > 0 && prompts.every(t => /\\[\\d+\\]/.test(t));
+        }""", timeout=timeout_s * 1000)
+
+
+def _problems(page) -> list[str]:
+    text = page.locator(".jp-Notebook").inner_text()
+    return [marker for marker in ("Traceback", "Error displaying widget", "interactive(children=")
+            if marker in text]
+
+
+@pytest.fixture
+def browser_page(tmp_path: Path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        yield page
+        browser.close()
+
+
+def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browser_page) -> None:
+    notebook = tmp_path / "01.ipynb"
+    shutil.copy(REPO / "notebooks" / "01_explore_dataset.ipynb", notebook)
+    set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80})
+    page = browser_page
+    with jupyterlab(tmp_path) as (url, token):
+        try:
+            page.goto(f"{url}/lab/tree/01.ipynb?token={token}")
+            _run_all(page)
+            assert _problems(page) == []
+            slider = page.locator(".widget-slider, .jupyter-widgets.widget-hslider").first
+            slider.wait_for(timeout=30_000)
+            widget_area = page.locator(".jp-OutputArea-output").filter(has=slider).first
+            widget_area.scroll_into_view_if_needed()
+            widget_area.screenshot(path=str(tmp_path / "01-widget-before.png"))
+            output = page.locator(".jupyter-widgets-output-area img, .widget-output img").last
+            before = output.get_attribute("src")
+            slider.locator(".noUi-handle, .ui-slider-handle, [role=slider]").first.focus()
+            page.keyboard.press("ArrowRight")
+            page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
+                                   "'.jupyter-widgets-output-area img, .widget-output img');"
+                                   " return imgs.length && imgs[imgs.length - 1].src !== before; }",
+                                   arg=before, timeout=30_000)
+            area = page.locator(".jp-OutputArea-output").filter(has=slider).first
+            area.screenshot(path=str(tmp_path / "01-widget-after.png"))
+            # The figure is the problem the readout names: index 1 of Center's train split is RAVEN_1_train.
+            readout = slider.locator(".widget-readout").inner_text().strip()
+            assert readout == "1" and "center_single/RAVEN_1_train (index 1 of 6 train problems)" in area.inner_text()
+            assert _problems(page) == []
+        finally:
+            page.screenshot(path=str(tmp_path / "01-final.png"), full_page=True)
