@@ -63,8 +63,16 @@ def set_parameters(notebook: Path, values: dict[str, Any]) -> None:
 def jupyterlab(root: Path) -> Iterator[str]:
     """Run JupyterLab on ``root``; yields the base URL with the token (``http://127.0.0.1:P/lab?token=T``)."""
     port, token = _free_port(), secrets.token_hex(16)
+    # Every cell rendered (JupyterLab 4 draws only the visible ones by default, so a prompt off screen has no
+    # text), and no news pop-up over the page.
+    settings = root / ".jupyterlab-settings"
+    for plugin, values in (("@jupyterlab/notebook-extension/tracker", {"windowingMode": "none"}),
+                           ("@jupyterlab/apputils-extension/notification", {"fetchNews": "false"})):
+        path = settings / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "JUPYTER_CONFIG_DIR": str(root / ".jupyter"),
-           "JUPYTER_RUNTIME_DIR": str(root / ".runtime")}
+           "JUPYTER_RUNTIME_DIR": str(root / ".runtime"), "JUPYTERLAB_SETTINGS_DIR": str(settings)}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
