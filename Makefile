@@ -10,7 +10,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: install test demo bench clean-venv dev device-wheels
+.PHONY: install test test-browser demo bench clean-venv dev device-wheels
 
 # The exact pins of requirements.txt first, then rpm_lib itself with --no-deps: pyproject.toml only declares
 # compatible ranges (for `pip install .` elsewhere), which tests/test_packaging.py keeps admitting these pins.
@@ -28,6 +28,11 @@ dev: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests -q -p no:cacheprovider --timeout=900
+
+# Only the notebooks in JupyterLab in headless Chromium (Debian: `apt-get install -y chromium`; skipped with
+# that hint when Chromium is missing; .ci/run installs it).
+test-browser: $(STAMP)
+	$(PY) -m pytest tests/browser -q -p no:cacheprovider --timeout=900 -rs
 
 demo: $(STAMP)
 	$(PY) -m rpm_lib.demo --out runs/demo

@@ -199,7 +199,7 @@ def test_every_runtime_dependency_is_imported():
 
 def test_test_suite_imports_are_declared():
     tests = REPO / "tests"
-    local = {p.stem for p in tests.rglob("*.py")}
+    local = {p.stem for p in tests.rglob("*.py")} | {p.name for p in tests.iterdir() if p.is_dir()}  # helpers, folders
     declared = set(all_declared())
     missing = sorted(f"{module} ({distribution_of(module)}) in {', '.join(sorted(files))}"
                      for module, files in third_party_imports(tests, local).items()

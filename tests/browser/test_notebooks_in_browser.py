@@ -80,10 +80,13 @@ def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browse
             before = output.get_attribute("src")
             slider.locator(".noUi-handle, .ui-slider-handle, [role=slider]").first.focus()
             page.keyboard.press("ArrowRight")
+            # A new picture, or an error in its place (reported below by _problems).
             page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
                                    "'.jupyter-widgets-output-area img, .widget-output img');"
-                                   " return imgs.length && imgs[imgs.length - 1].src !== before; }",
+                                   " return (imgs.length && imgs[imgs.length - 1].src !== before)"
+                                   " || document.body.innerText.includes('Traceback'); }",
                                    arg=before, timeout=30_000)
+            assert _problems(page) == []
             area = page.locator(".jp-OutputArea-output").filter(has=slider).first
             area.screenshot(path=str(tmp_path / "01-widget-after.png"))
             # The figure is the problem the readout names: index 1 of Center's train split is RAVEN_1_train.
