@@ -95,3 +95,35 @@ def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browse
             assert _problems(page) == []
         finally:
             page.screenshot(path=str(tmp_path / "01-final.png"), full_page=True)
+
+
+def test_02_runs_and_its_transform_and_seed_controls_redraw_the_augmentation(tmp_path: Path, browser_page) -> None:
+    notebook = tmp_path / "02.ipynb"
+    shutil.copy(REPO / "notebooks" / "02_augmentations.ipynb", notebook)
+    set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80,
+                              "num_random": 2})
+    page = browser_page
+    with jupyterlab(tmp_path) as (url, token):
+        try:
+            page.goto(f"{url}/lab/tree/02.ipynb?token={token}")
+            _run_all(page)
+            assert _problems(page) == []
+            slider = page.locator(".widget-slider, .jupyter-widgets.widget-hslider").first
+            slider.wait_for(timeout=30_000)
+            area = page.locator(".jp-OutputArea-output").filter(has=slider).first
+            area.scroll_into_view_if_needed()
+            area.screenshot(path=str(tmp_path / "02-widget-before.png"))
+            assert "rotate, seed 0: " in area.inner_text()
+            # Another transform from the dropdown: the caption names it, and the figure is redrawn.
+            before = area.locator("img").last.get_attribute("src")
+            area.locator("select").first.select_option("hflip")
+            page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
+                                   "'.jupyter-widgets-output-area img, .widget-output img');"
+                                   " return (imgs.length && imgs[imgs.length - 1].src !== before)"
+                                   " || document.body.innerText.includes('Traceback'); }",
+                                   arg=before, timeout=30_000)
+            assert _problems(page) == []
+            area.screenshot(path=str(tmp_path / "02-widget-hflip.png"))
+            assert "hflip, seed 0: hflip" in area.inner_text()
+        finally:
+            page.screenshot(path=str(tmp_path / "02-final.png"), full_page=True)
