@@ -50,6 +50,28 @@ def _problems(page) -> list[str]:
             if marker in text]
 
 
+def _wait_for_redraw(page, before: str | None) -> None:
+    """Until the widget's picture is a new one, or an error stands in its place (then _problems reports it)."""
+    page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
+                           "'.jupyter-widgets-output-area img, .widget-output img');"
+                           " return (imgs.length && imgs[imgs.length - 1].src !== before)"
+                           " || document.body.innerText.includes('Traceback'); }",
+                           arg=before, timeout=30_000)
+    assert _problems(page) == []
+
+
+def _widget_area(page, name: str, tmp_path: Path):
+    """The output holding the notebook's widgets, after running every cell without errors (screenshot saved)."""
+    _run_all(page)
+    assert _problems(page) == []
+    slider = page.locator(".widget-slider, .jupyter-widgets.widget-hslider").first
+    slider.wait_for(timeout=30_000)
+    area = page.locator(".jp-OutputArea-output").filter(has=slider).first
+    area.scroll_into_view_if_needed()
+    area.screenshot(path=str(tmp_path / f"{name}-widget-before.png"))
+    return area, slider
+
+
 @pytest.fixture
 def browser_page(tmp_path: Path):
     from playwright.sync_api import sync_playwright
@@ -69,24 +91,11 @@ def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browse
     with jupyterlab(tmp_path) as (url, token):
         try:
             page.goto(f"{url}/lab/tree/01.ipynb?token={token}")
-            _run_all(page)
-            assert _problems(page) == []
-            slider = page.locator(".widget-slider, .jupyter-widgets.widget-hslider").first
-            slider.wait_for(timeout=30_000)
-            widget_area = page.locator(".jp-OutputArea-output").filter(has=slider).first
-            widget_area.scroll_into_view_if_needed()
-            widget_area.screenshot(path=str(tmp_path / "01-widget-before.png"))
-            output = page.locator(".jupyter-widgets-output-area img, .widget-output img").last
-            before = output.get_attribute("src")
+            area, slider = _widget_area(page, "01", tmp_path)
+            before = area.locator("img").last.get_attribute("src")
             slider.locator(".noUi-handle, .ui-slider-handle, [role=slider]").first.focus()
             page.keyboard.press("ArrowRight")
-            # A new picture, or an error in its place (reported below by _problems).
-            page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
-                                   "'.jupyter-widgets-output-area img, .widget-output img');"
-                                   " return (imgs.length && imgs[imgs.length - 1].src !== before)"
-                                   " || document.body.innerText.includes('Traceback'); }",
-                                   arg=before, timeout=30_000)
-            assert _problems(page) == []
+            _wait_for_redraw(page, before)
             area = page.locator(".jp-OutputArea-output").filter(has=slider).first
             area.screenshot(path=str(tmp_path / "01-widget-after.png"))
             # The figure is the problem the readout names: index 1 of Center's train split is RAVEN_1_train.
@@ -97,7 +106,7 @@ def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browse
             page.screenshot(path=str(tmp_path / "01-final.png"), full_page=True)
 
 
-def test_02_runs_and_its_transform_and_seed_controls_redraw_the_augmentation(tmp_path: Path, browser_page) -> None:
+def test_02_runs_and_its_transform_dropdown_redraws_the_augmentation(tmp_path: Path, browser_page) -> None:
     notebook = tmp_path / "02.ipynb"
     shutil.copy(REPO / "notebooks" / "02_augmentations.ipynb", notebook)
     set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80,
@@ -106,23 +115,12 @@ def test_02_runs_and_its_transform_and_seed_controls_redraw_the_augmentation(tmp
     with jupyterlab(tmp_path) as (url, token):
         try:
             page.goto(f"{url}/lab/tree/02.ipynb?token={token}")
-            _run_all(page)
-            assert _problems(page) == []
-            slider = page.locator(".widget-slider, .jupyter-widgets.widget-hslider").first
-            slider.wait_for(timeout=30_000)
-            area = page.locator(".jp-OutputArea-output").filter(has=slider).first
-            area.scroll_into_view_if_needed()
-            area.screenshot(path=str(tmp_path / "02-widget-before.png"))
+            area, _slider = _widget_area(page, "02", tmp_path)
             assert "rotate, seed 0: " in area.inner_text()
             # Another transform from the dropdown: the caption names it, and the figure is redrawn.
             before = area.locator("img").last.get_attribute("src")
             area.locator("select").first.select_option("hflip")
-            page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
-                                   "'.jupyter-widgets-output-area img, .widget-output img');"
-                                   " return (imgs.length && imgs[imgs.length - 1].src !== before)"
-                                   " || document.body.innerText.includes('Traceback'); }",
-                                   arg=before, timeout=30_000)
-            assert _problems(page) == []
+            _wait_for_redraw(page, before)
             area.screenshot(path=str(tmp_path / "02-widget-hflip.png"))
             assert "hflip, seed 0: hflip" in area.inner_text()
         finally:
