@@ -29,6 +29,7 @@ import torch
 from rpm_lib.encoders import create_encoder, list_encoders
 from rpm_lib.heads import ScoringHead
 from rpm_lib.losses import answer_cross_entropy
+from rpm_lib.training.config import MEMORY_FORMATS
 from rpm_lib.training.module import resolve_memory_format_for
 
 
@@ -56,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="timed steps per encoder")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     parser.add_argument("--no-amp", action="store_true", help="CUDA: run in fp32 instead of bf16 autocast")
-    parser.add_argument("--memory-format", choices=("auto", "channels_last", "contiguous"), default="auto",
+    parser.add_argument("--memory-format", choices=MEMORY_FORMATS, default="auto",
                         help="tensor layout; auto = what training uses on this device (see docs/performance.md)")
     parser.add_argument("--no-channels-last", action="store_true", help="same as --memory-format contiguous")
     parser.add_argument("--side-by-side", action="store_true",

@@ -285,7 +285,7 @@ class _Meter:
                 meter.synced_end = None
                 if meter.timing_this_step:
                     meter.step_s += synchronize() - meter.batch_began
-                elif (batch_idx + 1) % self_every == 0:
+                elif (batch_idx + 1) % sample_every == 0:
                     meter.synced_end = synchronize()  # the GPU is idle now: time until the next batch is wait
                 now = time.perf_counter()
                 if now - meter.last_print > 10:
@@ -296,7 +296,6 @@ class _Meter:
                 if now - meter.stage_began > budgets.get(stage, float("inf")):
                     trainer.should_stop = True
 
-        self_every = sample_every
         self.callback = Callback()
         self.wait_s = self.step_s = 0.0
         self.rpms: dict[str, int] = {}

@@ -344,31 +344,16 @@ def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
 
 
 def notebook_parameters(path: Path) -> set[str]:
-    """Names assigned in ``path``'s cell tagged ``parameters`` (what papermill can set).
+    """Names papermill can set in ``path`` (its cell tagged ``parameters``, read by ``papermill.inspect_notebook``).
 
     Raises:
-        BatchConfigError: the notebook has no such cell, or the cell is not valid Python.
+        BatchConfigError: the notebook has no such cell.
     """
-    import ast
+    import papermill
 
-    import nbformat
-
-    notebook = nbformat.read(str(path), as_version=4)
-    cells = [c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    if not cells:
+    names = set(papermill.inspect_notebook(str(path)))
+    if not names:
         raise BatchConfigError(f"{path}: no cell tagged 'parameters', so no parameter can be set")
-    names: set[str] = set()
-    for cell in cells:
-        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
-        try:
-            tree = ast.parse(source)
-        except SyntaxError as error:
-            raise BatchConfigError(f"{path}: the parameters cell is not valid Python ({error.msg}, line "
-                                   f"{error.lineno})") from None
-        for node in tree.body:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-                node, ast.AnnAssign) else []
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
 
 

@@ -51,6 +51,29 @@ def exclusive_writer(lock_file: str | Path, what: str) -> Iterator[None]:
         handle.close()
 
 
+def nearest_existing(path: str | Path) -> Path:
+    """``path`` itself if it exists, else its nearest existing parent (what a write there will depend on)."""
+    existing = Path(path)
+    while not existing.exists():
+        existing = existing.parent
+    return existing
+
+
+def output_folder_problem(out: str) -> str | None:
+    """Why ``out`` cannot be an output folder (empty, an existing file, under a file, not writable), or None."""
+    if not out or not out.strip():
+        return "empty path (name the folder to write into)"
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return f"{out} exists and is not a folder"
+    existing = nearest_existing(path)
+    if not existing.is_dir():
+        return f"{existing} is a file, so {out} cannot be created"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
 class NotEnoughSpaceError(OSError):
     """The disk holding an output folder has less free space than the write needs."""
 
@@ -64,9 +87,7 @@ def check_free_space(folder: str | Path, needed_bytes: int, what: str) -> None:
     """
     import shutil
 
-    existing = Path(folder)
-    while not existing.exists():
-        existing = existing.parent
+    existing = nearest_existing(folder)
     free = shutil.disk_usage(existing).free
     margin = 16 * 2**20  # journal, manifest, file-system overhead
     if needed_bytes + margin > free:

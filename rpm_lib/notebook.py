@@ -6,7 +6,6 @@ the library; :func:`show` saves a PNG when ``output_dir`` is set, displays the f
 """
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from rpm_lib import rules
-from rpm_lib.results import markdown_table
+from rpm_lib.results import markdown_table, write_csv
 
 
 def save_figure(fig: Figure, output_dir: str | Path | None, name: str, dpi: int = 100) -> Path | None:
@@ -50,13 +49,8 @@ def save_table(header: Sequence[str], rows: Iterable[Sequence[Any]], output_dir:
     if not output_dir:
         return None
     rows = [list(r) for r in rows]
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out / f"{name}.csv", out / f"{name}.md"
-    with csv_path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(header)
-        writer.writerows(rows)
+    csv_path = write_csv(header, rows, Path(output_dir) / f"{name}.csv")
+    md_path = csv_path.with_suffix(".md")
     md_path.write_text(markdown_table(header, rows))
     return csv_path, md_path
 

@@ -189,9 +189,12 @@ def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, c
     }
 
 
+#: The plan fields that say which inputs and settings a cache was built from.
+_INPUT_KEYS = ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256", "content_sha256")
+
+
 def _same_inputs(a: dict, b: dict) -> bool:
-    keys = ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256", "content_sha256")
-    return all(a.get(k) == b.get(k) for k in keys)
+    return all(a.get(k) == b.get(k) for k in _INPUT_KEYS)
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
@@ -324,16 +327,15 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
 
     if is_cache(out):
         manifest = read_manifest(out)
-        if isinstance(manifest.get("plan"), dict) and _same_inputs(manifest["plan"], plan):
+        previous = manifest.get("plan") if isinstance(manifest.get("plan"), dict) else {}
+        if _same_inputs(previous, plan):
             check_cache(out, manifest)  # "up to date" only for a cache that is also intact
             print(f"{out}: cache is complete and up to date", file=sys.stderr)
             return out
-        previous = manifest.get("plan") if isinstance(manifest.get("plan"), dict) else {}
         if "content_sha256" not in previous:
             raise DataFormatError(f"{out}: a cache built by an older rpm_lib, which did not record its input files' "
                                   "sizes and times, so it cannot be checked; delete it or choose another --out")
-        changed = [k for k in ("kind", "image_size", "resize", "source_root", "num_rows", "files_sha256",
-                               "content_sha256") if previous.get(k) != plan.get(k)]
+        changed = [k for k in _INPUT_KEYS if previous.get(k) != plan.get(k)]
         raise DataFormatError(f"{out}: a cache built from other inputs or settings exists (differs in "
                               f"{', '.join(changed)}); delete it or choose another --out")
     if out.exists():
@@ -355,13 +357,15 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
             return out
     # Memory-mapped outputs are sparse files: without this check a full disk shows up as SIGBUS mid-build.
     row_bytes = NUM_PANELS * size * size + 8 + int(np.prod(spec.meta_shape)) + spec.meta_target_dim + 1
-    if not partial.exists():
+    resuming = partial.exists()
+    if not resuming:
         check_free_space(partial, len(files) * row_bytes, "rpm-data prepare")
         _allocate(partial, spec, files, size, plan)
 
     done, skipped = _read_journal(partial)
-    rows_left = len(files) - sum(min(chunk_size, len(files) - i * chunk_size) for i in done)
-    check_free_space(partial, rows_left * row_bytes, "rpm-data prepare")
+    if resuming:
+        rows_left = len(files) - sum(min(chunk_size, len(files) - i * chunk_size) for i in done)
+        check_free_space(partial, rows_left * row_bytes, "rpm-data prepare")
     starts = range(0, len(files), chunk_size)
     chunks = [
         _Chunk(i, start, [str(f.path) for f in files[start : start + chunk_size]], kind, size, resize,
@@ -530,8 +534,6 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
     return arrays
 
 
-
-
 class CacheReader:
     """Read access to a complete cache: label arrays in RAM, panels memory-mapped on first use (per process).
 
@@ -549,7 +551,7 @@ class CacheReader:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         self.spec = kind_spec(kind)
-        for field in ("kind", "image_size", "resize"):
+        for field in ("kind", "image_size", "resize"):  # compared below, before the whole cache is checked
             if field not in self.manifest:
                 raise DataFormatError(f"{self.path / MANIFEST}: field {field!r} missing")
         if self.manifest["kind"] != kind:

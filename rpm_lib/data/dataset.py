@@ -13,10 +13,10 @@ from torch.utils.data import Dataset
 
 from rpm_lib import rules
 from rpm_lib.data.answer_order import AnswerOrder, apply_permutation, default_answer_order
-from rpm_lib.data.seeding import derive_seed
 from rpm_lib.data.cache import CacheReader, is_cache, kind_spec
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import CACHE_MARKERS, RawFile, check_split
+from rpm_lib.data.seeding import derive_seed
 from rpm_lib.data.resize import check_resize, resize_panels
 
 #: ``transform(panels uint8 (16, S, S), preserve_position) -> uint8 (16, S, S)``
@@ -195,9 +195,9 @@ class RpmDataset(Dataset):
         perm = self.answer_order.permutation(source_id, epoch, index)
         if perm is not None:
             panels, target = apply_permutation(panels, target, perm)
-        if self.transform is not None and hasattr(self.transform, "reseed"):
-            self.transform.reseed(derive_seed(self.seed, "augment", epoch, index))
         if self.transform is not None:
+            if hasattr(self.transform, "reseed"):
+                self.transform.reseed(derive_seed(self.seed, "augment", epoch, index))
             preserve = self._preserve_position(meta)
             views = [self._apply_transform(panels.copy() if self.num_views > 1 else panels, preserve) for _ in range(self.num_views)]
         else:

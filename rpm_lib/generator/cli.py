@@ -8,13 +8,11 @@ Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
-from rpm_lib.folder_lock import NotEnoughSpaceError
+from rpm_lib.folder_lock import NotEnoughSpaceError, output_folder_problem
 from rpm_lib.generator.writer import write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
@@ -53,23 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-xml", action="store_true", help="write only the .npz files (no .xml annotations; a few %% faster, 8 %% less disk)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
-
-
-def output_folder_problem(out: str) -> str | None:
-    """Why ``out`` cannot be an output folder (empty, an existing file, under a file, not writable), or None."""
-    if not out or not out.strip():
-        return "empty path (name the folder to write into)"
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        return f"{out} exists and is not a folder"
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is a file, so {out} cannot be created"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing} is not writable"
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

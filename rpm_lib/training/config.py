@@ -28,6 +28,8 @@ from rpm_lib.training.setups import SETUPS
 #: Rule encodings (:mod:`rpm_lib.rule_encodings`): ``auto`` picks dense for ``ce_aux_dense`` and the dataset's
 #: sparse code otherwise.
 RULE_ENCODINGS: tuple[str, ...] = ("auto", *ENCODING_NAMES)
+#: Encoder tensor layouts (``auto`` resolves in ``rpm_lib.training.module.resolve_memory_format_for``).
+MEMORY_FORMATS: tuple[str, ...] = ("auto", "channels_last", "contiguous")
 DATASETS: tuple[str, ...] = ("iraven", "pgm")
 #: Lightning precision strings accepted by the ``precision`` field (``auto``: bf16/fp16 mixed on GPU, fp32 on CPU).
 PRECISIONS: tuple[str, ...] = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
@@ -165,7 +167,7 @@ class TrainConfig:
                             "CPU) or a Lightning precision string", "hardware", choices=PRECISIONS)
     memory_format: str = _field("auto", "encoder tensor layout: auto (channels_last, the faster on CPU and CUDA), "
                                 "channels_last or contiguous", "hardware",
-                                choices=("auto", "channels_last", "contiguous"))
+                                choices=MEMORY_FORMATS)
     sync_batchnorm: bool = _field(False, "synchronise BatchNorm statistics across DDP processes", "hardware")
     deterministic: bool = _field(False, "torch deterministic algorithms (slower on GPU)", "hardware")
 
