@@ -206,6 +206,21 @@ def test_compare_rules_and_sigmoid():
     np.testing.assert_allclose(viz.sigmoid(np.array([-800.0, 0.0, 800.0])), [0.0, 0.5, 1.0])
 
 
+def test_rule_comparison_lines_mark_each_rule_and_line_up():
+    lines = viz.rule_comparison_lines(["Left: Constant on Size", "Right: Arithmetic on Color"],
+                                      ["Right: Arithmetic on Color", "Left: Progression on Type"])
+    assert lines == ["ok      Right: Arithmetic on Color", "missing Left: Constant on Size",
+                     "extra   Left: Progression on Type"]
+
+
+def test_plot_rpm_writes_the_rules_heading_it_is_given():
+    panels = np.full((16, 20, 20), 255, np.uint8)
+    fig = viz.plot_rpm(panels, target=1, rule_lines=["ok      Grid: Constant on Size"],
+                       rules_heading="Rules, true vs predicted")
+    text = fig.axes[-1].texts[0].get_text()
+    assert text.startswith("Rules, true vs predicted:\n- ok      Grid: Constant on Size")
+
+
 def test_history_x_counts_epochs_across_stages():
     h = {"stage": np.array(["pretrain", "pretrain", "linear", "linear"], dtype=object),
          "epoch": np.array([0.0, 1.0, 0.0, 1.0]), "val_loss": np.array([3.0, 2.0, 1.0, 0.5])}

@@ -56,6 +56,7 @@ from rpm_lib.viz.rule_predictions import (  # noqa: F401
     plot_rule_heatmap,
     plot_per_rule_f1,
     compare_rules,
+    rule_comparison_lines,
     sigmoid,
 )
 from rpm_lib.viz.augmentations import (  # noqa: F401
@@ -90,6 +91,7 @@ __all__ = [
     "plot_rpm",
     "plot_rule_frequencies",
     "plot_rule_heatmap",
+    "rule_comparison_lines",
     "plot_setup_accuracies",
     "plot_table1_comparison",
     "recipe_examples",

@@ -93,6 +93,7 @@ def _draw_rpm(
     title: str | None,
     rule_lines: Sequence[str] | None,
     predicted: int | None,
+    rules_heading: str = "Rules",
 ) -> None:
     panels = _check_panels(panels)
     for name, value in (("target", target), ("predicted", predicted)):
@@ -121,7 +122,7 @@ def _draw_rpm(
     if has_text:
         ax = container.add_subplot(outer[0, 1])
         ax.axis("off")
-        text = "Rules:\n" + "\n".join(f"- {line}" for line in rule_lines)
+        text = f"{rules_heading}:\n" + "\n".join(f"- {line}" for line in rule_lines)
         if target is not None:
             text += f"\n\nanswer: {int(target)}"
         if predicted is not None:
@@ -139,6 +140,7 @@ def plot_rpm(
     rule_lines: Sequence[str] | None = None,
     predicted: int | None = None,
     figsize: tuple[float, float] | None = None,
+    rules_heading: str = "Rules",
 ) -> Figure:
     """Figure of one RPM.
 
@@ -149,13 +151,14 @@ def plot_rpm(
         rule_lines: rules in words, written beside the matrix (one per line); None/empty = no text column.
         predicted: a model's choice 0..7; framed red when it differs from ``target``.
         figsize: inches; default fits the layout.
+        rules_heading: the line above ``rule_lines``.
     Returns:
         The ``Figure``: 17 image axes (9 context incl. the "?" cell, then 8 choices) + 1 text axis if any rules.
     """
     if figsize is None:
         figsize = (7.4, 6.2) if rule_lines else (4.4, 6.2)
     fig = Figure(figsize=figsize, layout=None)
-    _draw_rpm(fig, panels, target, title, rule_lines, predicted)
+    _draw_rpm(fig, panels, target, title, rule_lines, predicted, rules_heading)
     return fig
 
 
@@ -216,11 +219,13 @@ def dataset_rule_lines(dataset: Any, index: int) -> list[str]:
 
 
 def rpm_figure(dataset: Any, index: int, predicted: int | None = None, title: str | None = None,
-               with_rules: bool = True) -> Figure:
+               with_rules: bool = True, rule_lines: Sequence[str] | None = None,
+               rules_heading: str = "Rules") -> Figure:
     """``viz.plot_rpm`` of problem ``index`` of a RAVEN dataset: answer framed, rules in words.
 
     The title defaults to ``"<short configuration> · <source_id>"``. ``predicted`` is in the sample's answer
-    order (``dataset[index]["target"]``'s order).
+    order (``dataset[index]["target"]``'s order). ``rule_lines`` replaces the problem's own rules in the text
+    column (e.g. true vs predicted rules, under ``rules_heading``).
     """
     sample = dataset[index]
     configuration = dataset.labels.group_names[int(sample["configuration"])]
@@ -229,8 +234,10 @@ def rpm_figure(dataset: Any, index: int, predicted: int | None = None, title: st
     panels = sample["panels"].numpy()
     if panels.ndim == 4:  # several views: show the first
         panels = panels[0]
-    return plot_rpm(panels, target=int(sample["target"]), title=title, predicted=predicted,
-                        rule_lines=dataset_rule_lines(dataset, index) if with_rules else None)
+    if rule_lines is None and with_rules:
+        rule_lines = dataset_rule_lines(dataset, index)
+    return plot_rpm(panels, target=int(sample["target"]), title=title, predicted=predicted, rule_lines=rule_lines,
+                    rules_heading=rules_heading)
 
 
 def rpm_gallery(dataset: Any, indices: Sequence[int], ncols: int = 2, title: str | None = None,

@@ -68,6 +68,14 @@ def compare_rules(true_rules: Sequence[str], predicted_rules: Sequence[str]) -> 
             "extra": [r for r in predicted_rules if r not in true_set]}
 
 
+def rule_comparison_lines(true_rules: Sequence[str], predicted_rules: Sequence[str]) -> list[str]:
+    """One line per rule, marked ``ok`` (true and predicted), ``missing`` (true only) or ``extra`` (predicted
+    only), in that order; the marks are padded to one width so the rules line up in a monospace font."""
+    diff = compare_rules(true_rules, predicted_rules)
+    return [f"{mark:<8}{rule}" for key, mark in (("correct", "ok"), ("missing", "missing"), ("extra", "extra"))
+            for rule in diff[key]]
+
+
 def sigmoid(logits: np.ndarray) -> np.ndarray:
     """Numerically stable logistic function, float64."""
     logits = np.asarray(logits, dtype=np.float64)

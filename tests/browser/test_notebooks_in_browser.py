@@ -2,9 +2,13 @@
 error, widgets render as controls, and moving a control redraws the figure (issue 13)."""
 from __future__ import annotations
 
+import base64
+import io
 import shutil
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from browser.jupyterlab_session import CHROMIUM, CHROMIUM_ARGS, jupyterlab, set_parameters, why_not_available
@@ -50,14 +54,60 @@ def _problems(page) -> list[str]:
             if marker in text]
 
 
-def _wait_for_redraw(page, before: str | None) -> None:
-    """Until the widget's picture is a new one, or an error stands in its place (then _problems reports it)."""
+def _wait_for_redraw(page, before: str | None) -> float:
+    """Until the widget's picture is a new one, or an error stands in its place (then _problems reports it).
+
+    Returns the seconds it took (printed: ``pytest -s`` shows how long a control takes to settle)."""
+    import time
+
+    start = time.perf_counter()
     page.wait_for_function("(before) => { const imgs = document.querySelectorAll("
                            "'.jupyter-widgets-output-area img, .widget-output img');"
                            " return (imgs.length && imgs[imgs.length - 1].src !== before)"
                            " || document.body.innerText.includes('Traceback'); }",
                            arg=before, timeout=30_000)
     assert _problems(page) == []
+    seconds = time.perf_counter() - start
+    print(f"redrawn in {seconds:.2f} s")
+    return seconds
+
+
+def _shown_image(area) -> np.ndarray:
+    """The last picture in a widget's output, decoded to an RGBA array."""
+    from PIL import Image
+
+    src = area.locator("img").last.get_attribute("src")
+    assert src and src.startswith("data:image/png;base64,"), src
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGBA"))
+
+
+def _assert_same_image(area, figure_of: Any, path: Path) -> None:
+    """The widget shows the figure ``figure_of()`` draws in this process, rendered as the inline backend renders
+    it (PNG, ``bbox_inches="tight"``, matplotlib's default style). Both pictures are saved beside each other."""
+    import matplotlib
+    from IPython.core.pylabtools import print_figure
+    from PIL import Image
+
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()  # the kernel's style, whatever other tests set in this process
+        fig = figure_of()
+        expected_png = print_figure(fig, "png", bbox_inches="tight")
+    expected = np.asarray(Image.open(io.BytesIO(expected_png)).convert("RGBA"))
+    shown = _shown_image(area)
+    path.with_suffix(".expected.png").write_bytes(expected_png)
+    Image.fromarray(shown).save(path.with_suffix(".shown.png"))
+    assert shown.shape == expected.shape, f"shown {shown.shape} vs expected {expected.shape}: see {path.parent}"
+    # Same library, same fonts, same Agg renderer in the kernel and here: every pixel agrees (a missing red frame
+    # or one other digit in a title changes a few hundred).
+    differing = int((shown != expected).any(axis=-1).sum())
+    assert differing == 0, f"the widget shows another figure ({differing} pixels differ): see {path.parent}"
+
+
+def _move_slider(page, slider, steps: int = 1) -> None:
+    """Focus the slider's handle and press the right arrow ``steps`` times (one change each: no drag)."""
+    slider.locator(".noUi-handle, .ui-slider-handle, [role=slider]").first.focus()
+    for _ in range(steps):
+        page.keyboard.press("ArrowRight")
 
 
 def _widget_area(page, name: str, tmp_path: Path):
@@ -83,7 +133,34 @@ def browser_page(tmp_path: Path):
         browser.close()
 
 
-def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browser_page) -> None:
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    """A finished run with a rule head and saved predictions: SCL · MLCL, 32 px, two training steps, on 10
+    generated problems of each of three configurations (6 of them test problems)."""
+    from rpm_lib.generator.writer import write_dataset
+    from rpm_lib.training import TrainConfig, train
+
+    work = tmp_path_factory.mktemp("tiny-run")
+    configurations = ["center_single", "distribute_four", "left_center_single_right_center_single"]
+    write_dataset(work / "data", configurations, count=10, seed=0, write_xml=False, progress=False)
+    config = TrainConfig(encoder="scl", setup="mlcl", image_size=32, batch_size=4, max_epochs=1,
+                         limit_train_batches=2, limit_val_batches=1, progress_bar=False, accelerator="cpu",
+                         num_workers=0, configurations=["Center", "2x2Grid", "L-R"], data_root=str(work / "data"),
+                         run_dir=str(work / "run"))
+    train(config)
+    return work / "run"
+
+
+def _sample_dataset(root: Path, split: str = "train"):
+    """The sample set a notebook generated, opened as the notebook opens it (80 px panels, file order)."""
+    from rpm_lib.data import RavenDataset
+
+    return RavenDataset(root, split, image_size=80, answer_order="none")
+
+
+def test_01_runs_and_its_controls_redraw_the_problem_they_name(tmp_path: Path, browser_page) -> None:
+    from rpm_lib import viz
+
     notebook = tmp_path / "01.ipynb"
     shutil.copy(REPO / "notebooks" / "01_explore_dataset.ipynb", notebook)
     set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80})
@@ -92,21 +169,31 @@ def test_01_runs_and_its_index_slider_redraws_the_problem(tmp_path: Path, browse
         try:
             page.goto(f"{url}/lab/tree/01.ipynb?token={token}")
             area, slider = _widget_area(page, "01", tmp_path)
+            dataset = _sample_dataset(tmp_path / "sample")
+            members = viz.indices_by_configuration(dataset)
+            # The dropdown: another configuration, its first problem.
             before = area.locator("img").last.get_attribute("src")
-            slider.locator(".noUi-handle, .ui-slider-handle, [role=slider]").first.focus()
-            page.keyboard.press("ArrowRight")
+            area.locator("select").first.select_option(label="L-R")
             _wait_for_redraw(page, before)
-            area = page.locator(".jp-OutputArea-output").filter(has=slider).first
+            lr = "left_center_single_right_center_single"
+            assert f"{lr}/RAVEN_0_train (index 0 of 6 train problems)" in area.inner_text()
+            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(members[lr][0])), tmp_path / "01-L-R-0")
+            # The slider: the next problem of that configuration.
+            before = area.locator("img").last.get_attribute("src")
+            _move_slider(page, slider)
+            _wait_for_redraw(page, before)
             area.screenshot(path=str(tmp_path / "01-widget-after.png"))
-            # The figure is the problem the readout names: index 1 of Center's train split is RAVEN_1_train.
-            readout = slider.locator(".widget-readout").inner_text().strip()
-            assert readout == "1" and "center_single/RAVEN_1_train (index 1 of 6 train problems)" in area.inner_text()
+            assert slider.locator(".widget-readout").inner_text().strip() == "1"
+            assert f"{lr}/RAVEN_1_train (index 1 of 6 train problems)" in area.inner_text()
+            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(members[lr][1])), tmp_path / "01-L-R-1")
             assert _problems(page) == []
         finally:
             page.screenshot(path=str(tmp_path / "01-final.png"), full_page=True)
 
 
-def test_02_runs_and_its_transform_dropdown_redraws_the_augmentation(tmp_path: Path, browser_page) -> None:
+def test_02_runs_and_its_controls_redraw_the_augmentation_they_name(tmp_path: Path, browser_page) -> None:
+    from rpm_lib import augment, rules, viz
+
     notebook = tmp_path / "02.ipynb"
     shutil.copy(REPO / "notebooks" / "02_augmentations.ipynb", notebook)
     set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80,
@@ -115,13 +202,100 @@ def test_02_runs_and_its_transform_dropdown_redraws_the_augmentation(tmp_path: P
     with jupyterlab(tmp_path) as (url, token):
         try:
             page.goto(f"{url}/lab/tree/02.ipynb?token={token}")
-            area, _slider = _widget_area(page, "02", tmp_path)
+            area, slider = _widget_area(page, "02", tmp_path)
             assert "rotate, seed 0: " in area.inner_text()
-            # Another transform from the dropdown: the caption names it, and the figure is redrawn.
+            dataset = _sample_dataset(tmp_path / "sample")
+            problem = int(viz.indices_by_configuration(dataset)["left_center_single_right_center_single"][0])
+            sample = dataset[problem]
+            panels, target = sample["panels"].numpy(), int(sample["target"])
+            preserve = rules.requires_position_preserving(dataset.labels.meta[problem])
+
+            def augmented(transform: str, seed: int):
+                aug = augment.single_transform(transform, seed=seed)
+                out = aug(panels, preserve_position=preserve)
+                return viz.describe_applied(aug.last_applied), out
+
+            # The slider: the next seed draws another rotation.
+            before = area.locator("img").last.get_attribute("src")
+            _move_slider(page, slider)
+            _wait_for_redraw(page, before)
+            caption, out = augmented("rotate", 1)
+            assert f"rotate, seed 1: {caption}" in area.inner_text()
+            _assert_same_image(area, lambda: viz.plot_rpm(out, target=target, title=caption), tmp_path / "02-rotate-1")
+            # The dropdown: another transform, same seed.
             before = area.locator("img").last.get_attribute("src")
             area.locator("select").first.select_option("hflip")
             _wait_for_redraw(page, before)
             area.screenshot(path=str(tmp_path / "02-widget-hflip.png"))
-            assert "hflip, seed 0: hflip" in area.inner_text()
+            caption, out = augmented("hflip", 1)
+            assert caption == "hflip" and "hflip, seed 1: hflip" in area.inner_text()
+            _assert_same_image(area, lambda: viz.plot_rpm(out, target=target, title=caption), tmp_path / "02-hflip-1")
         finally:
             page.screenshot(path=str(tmp_path / "02-final.png"), full_page=True)
+
+
+def _run_test_dataset(run: Path):
+    """The test split of a run, in the order and answer permutation the run was evaluated on."""
+    from rpm_lib.notebook import open_run
+    from rpm_lib.training.datamodule import make_dataset
+
+    files = open_run(run)
+    return files, make_dataset(files.config, "test", answer_order="fixed")
+
+
+def test_04_runs_and_its_failure_slider_redraws_the_failure_it_names(tmp_path: Path, browser_page, tiny_run) -> None:
+    from rpm_lib import viz
+
+    notebook = tmp_path / "04.ipynb"
+    shutil.copy(REPO / "notebooks" / "04_evaluate.ipynb", notebook)
+    set_parameters(notebook, {"run_dir": str(tiny_run)})
+    files, dataset = _run_test_dataset(tiny_run)
+    p = files.predictions
+    wrong = np.flatnonzero(p["predicted"] != p["target"])
+    assert len(wrong) >= 2, "the tiny run needs two wrong answers for this test"
+    page = browser_page
+    with jupyterlab(tmp_path) as (url, token):
+        try:
+            page.goto(f"{url}/lab/tree/04.ipynb?token={token}")
+            area, slider = _widget_area(page, "04", tmp_path)
+            before = area.locator("img").last.get_attribute("src")
+            _move_slider(page, slider)
+            _wait_for_redraw(page, before)
+            i = wrong[1]
+            assert (f"failure 2 of {len(wrong)}: {p['source_id'][i]} (answer {p['target'][i]}, "
+                    f"chosen {p['predicted'][i]})") in area.inner_text()
+            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i])),
+                               tmp_path / "04-failure-2")
+        finally:
+            page.screenshot(path=str(tmp_path / "04-final.png"), full_page=True)
+
+
+def test_05_runs_and_its_problem_slider_shows_the_problem_beside_its_rules(tmp_path: Path, browser_page,
+                                                                            tiny_run) -> None:
+    from rpm_lib import rules, viz
+
+    notebook = tmp_path / "05.ipynb"
+    shutil.copy(REPO / "notebooks" / "05_rule_predictions.ipynb", notebook)
+    set_parameters(notebook, {"run_dir": str(tiny_run)})
+    files, dataset = _run_test_dataset(tiny_run)
+    p, encoding = files.predictions, files.config.rule_spec
+    i = 1
+    where = rules.CONFIGURATIONS[int(p["configuration"][i])]
+    lines = viz.rule_comparison_lines(encoding.decode(p["rules"][i], configuration=where),
+                                      encoding.decode(viz.sigmoid(p["rule_logits"][i]), 0.5, configuration=where))
+    page = browser_page
+    with jupyterlab(tmp_path) as (url, token):
+        try:
+            page.goto(f"{url}/lab/tree/05.ipynb?token={token}")
+            area, slider = _widget_area(page, "05", tmp_path)
+            before = area.locator("img").last.get_attribute("src")
+            _move_slider(page, slider)
+            _wait_for_redraw(page, before)
+            text = area.inner_text()
+            assert f"problem 2 of {len(p['target'])}: {p['source_id'][i]}" in text
+            assert all(line in text for line in lines), (lines, text)
+            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i]),
+                                                            rule_lines=lines, rules_heading="Rules, true vs predicted"),
+                               tmp_path / "05-problem-2")
+        finally:
+            page.screenshot(path=str(tmp_path / "05-final.png"), full_page=True)
