@@ -102,6 +102,18 @@ COMPONENT_NAMES: dict[str, tuple[str, ...]] = {
 #: At most 2 components per configuration; ``meta_matrix`` has 4 rows (rule groups) per component.
 MAX_COMPONENTS: int = 2
 
+
+def component_legend() -> str:
+    """What "component k" means across configurations, e.g. ``"component 0: Grid, Left, Up or Out; ..."``.
+
+    For figures that mix configurations and so cannot name components by one configuration.
+    """
+    parts = []
+    for k in range(MAX_COMPONENTS):
+        names = list(dict.fromkeys(n[k] for n in COMPONENT_NAMES.values() if len(n) > k))
+        parts.append(f"component {k}: " + (", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]))
+    return "; ".join(parts)
+
 #: The name under which the joint Constant rule on the layout is serialised (.xml ``attr``).
 NUMBER_POSITION: str = "Number/Position"
 

@@ -77,8 +77,9 @@ def test_figures_have_fixed_sizes_and_data(tmp_path):
 
     true = np.array([[1, 0, 0], [0, 1, 0]])
     prob = np.array([[0.9, 0.1, 0.0], [0.2, 0.6, 0.0]])
-    fig = viz.plot_rule_heatmap(true, prob, ["a", "b", "c"])
+    fig = viz.plot_rule_heatmap(true, prob, ["a", "b", "c"], xlabel=rules.component_legend())
     assert fig.axes[0].images[0].get_array().shape == (2, 2)  # unused rule "c" dropped
+    assert fig.get_supxlabel() == "component 0: Grid, Left, Up or Out; component 1: Right, Down or In"
     with pytest.raises(ValueError):
         viz.plot_rule_heatmap(true, prob, ["a", "b"])
 
@@ -89,6 +90,9 @@ def test_figures_have_fixed_sizes_and_data(tmp_path):
     series = {"SCL MLCL": [AblationPoint(0.0, 35.0, 1.0, 2), AblationPoint(10.0, 80.0, float("nan"), 1)]}
     fig = viz.plot_ablation(series, "beta", reference={"paper SCL beta=0": 35.3})
     assert fig.axes[0].lines[0].get_ydata().tolist() == [35.0, 80.0]
+    # References are named in the legend (not written over each other on the plot); the axis is 0-100.
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "paper SCL beta=0" in legend and "chance" in legend and fig.axes[0].get_ylim() == (0.0, 100.0)
 
     rows = [Table1Row("SCL", "CE", {}, ["0"], 70.0, 1.0, {}, PAPER_TABLE1[0])]
     fig = viz.plot_table1_comparison(rows)

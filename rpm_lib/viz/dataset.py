@@ -8,6 +8,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from rpm_lib import rules
 
@@ -78,6 +79,7 @@ def plot_answer_positions(counts: Mapping[str, np.ndarray], title: str | None = 
         bottom = c if bottom is None else bottom + c
     ax.set_xlabel("answer index")
     ax.set_ylabel("problems")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no 2.5 problems
     ax.set_xticks(range(8))
     if counts:
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: inside it hid bars

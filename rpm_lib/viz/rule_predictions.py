@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 
 def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[str], max_problems: int = 40,
-                      only_used: bool = True, title: str | None = None) -> Figure:
+                      only_used: bool = True, title: str | None = None, xlabel: str = "rule") -> Figure:
     """True rule vectors beside predicted probabilities for the first ``max_problems`` problems.
 
     Args:
@@ -18,6 +18,7 @@ def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[s
         predicted: ``(N, R)`` probabilities in [0, 1].
         names: ``R`` slot names (``RuleEncoding.slot_names``).
         only_used: drop slots that are 0 in ``true`` and < 0.5 in ``predicted`` for all shown problems.
+        xlabel: once, below both panels (e.g. ``rules.component_legend()`` when configurations are mixed).
     """
     true, predicted = np.asarray(true, float), np.asarray(predicted, float)
     if true.shape != predicted.shape or true.shape[1] != len(names):
@@ -33,10 +34,10 @@ def plot_rule_heatmap(true: np.ndarray, predicted: np.ndarray, names: Sequence[s
     for ax, data, label in ((axes[0], true, "true rules"), (axes[1], predicted, "predicted probability")):
         im = ax.imshow(data[:, cols], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         ax.set_xticks(range(len(cols)), [names[c] for c in cols], rotation=90, fontsize=8)
-        ax.set_xlabel("rule")
         ax.set_title(label, fontsize=10)
     axes[0].set_ylabel("problem")
     fig.colorbar(im, ax=axes, fraction=0.03, label="1 = rule present / predicted")
+    fig.supxlabel(xlabel, fontsize=9)  # once, under both panels
     if title:
         fig.suptitle(title)
     return fig
@@ -48,10 +49,12 @@ def plot_per_rule_f1(scores: Mapping[str, np.ndarray], names: Sequence[str], min
     ``support >= min_support``."""
     f1, support = np.asarray(scores["f1"]), np.asarray(scores["support"])
     keep = np.flatnonzero(support >= min_support)
-    fig, ax = plt.subplots(figsize=(6, max(2.5, 0.18 * len(keep) + 1)))
+    # 8 pt rule names, a row each: readable at the notebook's width, however many rules there are.
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.24 * len(keep) + 1.2)))
     y = np.arange(len(keep))
     ax.barh(y, np.nan_to_num(f1[keep]), color="tab:blue")
-    ax.set_yticks(y, [f"{names[i]} (n={support[i]})" for i in keep], fontsize=6)
+    ax.set_yticks(y, [f"{names[i]} (n={support[i]})" for i in keep], fontsize=8)
+    ax.set_ylabel("rule (n: test problems that have it)")
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("F1")

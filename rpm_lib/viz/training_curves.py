@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from rpm_lib.viz.evaluation import CHANCE_PERCENT
 
@@ -68,7 +69,9 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
             ylabel = "accuracy (%)"
         for x0, stage in boundaries if len(boundaries) > 1 else []:
             ax.axvline(x0, color="grey", ls="--", lw=0.8)
-            ax.annotate(stage, (x0, 1), xycoords=("data", "axes fraction"), fontsize=7, va="top")
+            # Above the plot area, where no legend or curve can cover the stage name.
+            ax.annotate(stage, (x0, 1.01), xycoords=("data", "axes fraction"), fontsize=7, va="bottom", ha="center")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, not 0.5 steps
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if plotted:
