@@ -181,3 +181,31 @@ def accuracy_report(metrics: dict[str, Any], config: Any, output_dir: str | Path
     save_table(header, rows, output_dir, name)
     display(Markdown(markdown_table(header, rows)))
     show(plot_accuracy_bars(accuracy, reference or None, title=f"{config.encoder} · {config.setup}"), output_dir, name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters
+# ----------------------------------------------------------------------------------------------
+
+
+def check_parameters(namespace: dict[str, Any]) -> None:
+    """Give every parameter of a notebook the type its line in the ``parameters`` cell declares.
+
+    papermill's ``-p name value`` passes a list or ``None`` as text: ``-p recipes '[official]'`` arrives as the
+    string ``"[official]"``, which a loop would read letter by letter. Text given to a parameter that is not
+    declared ``str`` is read as YAML (a comma-separated list for ``list[...]``); anything that still does not fit
+    stops the notebook with one line naming the parameter and its type. Call it with ``globals()`` right after
+    the parameters (``__annotations__`` holds the declared types).
+
+    Raises:
+        ValueError: ``parameter 'ablations': expected list[str], got 3 (int)``.
+    """
+    from rpm_lib import typed_values
+
+    for name, annotation in namespace.get("__annotations__", {}).items():
+        if name not in namespace:
+            continue
+        value = namespace[name]
+        if isinstance(value, str) and annotation is not str:
+            value = typed_values.from_text(value)
+        namespace[name] = typed_values.coerce(name, value, annotation, what="parameter")

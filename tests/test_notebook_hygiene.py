@@ -67,6 +67,9 @@ def test_template_is_clean_and_parameterised(path):
     assigned = _assigned_names(cell.source)
     assert all(isinstance(n, ast.AnnAssign) for n in assigned.values()), f"{path.name}: untyped parameter"
     assert "output_dir" in assigned
+    # The cell after the parameters reads parameters given as text (papermill -p) as their declared types.
+    after = _code_cells(nb)[_code_cells(nb).index(cell) + 1]
+    assert "notebook.check_parameters(globals())" in after.source, f"{path.name}: parameters are not type-checked"
     inspected = papermill.inspect_notebook(str(path))
     assert set(inspected) == set(assigned), (
         f"{path.name}: papermill does not parse {sorted(set(assigned) - set(inspected))} "

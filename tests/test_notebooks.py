@@ -169,7 +169,8 @@ def test_05_rule_predictions(tmp_path, tiny_batch):
 
 
 def test_06_results_table(tmp_path, tiny_batch):
-    nb = _execute("06_results_table.ipynb", tmp_path, batch_dir=str(tiny_batch))
+    # Ablations as text, as `papermill -p ablations "beta, batch_size"` passes them: read as a list, not letters.
+    nb = _execute("06_results_table.ipynb", tmp_path, batch_dir=str(tiny_batch), ablations="beta, batch_size")
     text = _stream_text(nb)
     assert "4 runs: 4 finished, 0 failed, 0 pending" in text and "no finished runs vary batch_size" in text
     figures = tmp_path / "figures"

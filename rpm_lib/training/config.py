@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import types
 import typing
 from pathlib import Path
 from typing import Any, Union
 
 import yaml
 
+from rpm_lib import typed_values
 from rpm_lib.heads import RULE_POOLINGS
 from rpm_lib.losses import ANSWER_LOSSES, NEGATIVE_MODES, NUMERICS
 from rpm_lib.rule_encodings import ENCODING_NAMES, RuleEncoding, default_sparse, rule_encoding
@@ -275,7 +275,7 @@ class TrainConfig:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            setattr(self, f.name, _coerce(f.name, value, hints[f.name]))
+            setattr(self, f.name, typed_values.coerce(f.name, value, hints[f.name], error=ConfigError))
 
     def _check_constraints(self) -> None:
         for f in dataclasses.fields(self):
@@ -352,116 +352,9 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"override {item!r}: expected key=value")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        # Keep the raw text when YAML turned it into something else; _coerce decides per field type.
-        values[key] = _RawValue(raw, value)
+        # The raw text is kept beside the YAML value; coercion decides per field type which one fits.
+        values[key] = typed_values.from_text(raw)
     return values
-
-
-class _RawValue:
-    """An override value: the YAML-parsed value plus the raw text (for str fields like ``run_dir=007``)."""
-
-    __slots__ = ("raw", "parsed")
-
-    def __init__(self, raw: str, parsed: Any) -> None:
-        self.raw = raw
-        self.parsed = parsed
-
-    def __repr__(self) -> str:
-        return repr(self.raw)
-
-
-def _type_name(tp: Any) -> str:
-    if tp is type(None):
-        return "null"
-    if isinstance(tp, type):
-        return tp.__name__
-    return str(tp).replace("typing.", "")
-
-
-def _coerce(name: str, value: Any, tp: Any) -> Any:
-    """Check ``value`` against annotation ``tp``; convert int->float, numeric strings -> numbers.
-
-    Raises:
-        ConfigError: the value does not fit the type (the message names the field and the type).
-    """
-    raw: str | None = None
-    if isinstance(value, _RawValue):
-        raw, value = value.raw, value.parsed
-    result = _try_coerce(value, raw, tp)
-    if result is _FAIL:
-        shown = raw if raw is not None else repr(value)
-        raise ConfigError(f"config field {name!r}: expected {_type_name(tp)}, got {shown} ({type(value).__name__})")
-    return result
-
-
-_FAIL = object()
-
-
-def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(tp)
-        # Exact-type matches first, so "1" for Union[int, str] becomes 1 and 1.0 for Union[int, float] stays 1.0.
-        for option in options:
-            if _exact_match(value, option):
-                return _try_coerce(value, raw, option)
-        for option in options:
-            result = _try_coerce(value, raw, option)
-            if result is not _FAIL:
-                return result
-        return _FAIL
-    if tp is Any:
-        return value
-    if tp is type(None):
-        return None if value is None else _FAIL
-    if tp is bool:
-        return value if isinstance(value, bool) else _FAIL
-    if tp is int:
-        # Strict: 3.0 for an int field is more likely a mistake than an intent.
-        return value if isinstance(value, int) and not isinstance(value, bool) else _FAIL
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
-            try:
-                return float(value)
-            except ValueError:
-                return _FAIL
-        return _FAIL
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if raw is not None and value is not None and not isinstance(value, (list, dict)):
-            return raw.strip()
-        return _FAIL
-    if origin is list:
-        (item_tp,) = typing.get_args(tp)
-        if isinstance(value, str) and raw is not None:
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            return _FAIL
-        items = [_try_coerce(v, None, item_tp) for v in value]
-        return _FAIL if any(i is _FAIL for i in items) else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            return _FAIL
-        return dict(value)
-    raise TypeError(f"unsupported config annotation {tp!r}")
-
-
-def _exact_match(value: Any, tp: Any) -> bool:
-    if tp is type(None):
-        return value is None
-    if tp is bool or tp is int:
-        return type(value) is tp
-    if tp in (float, str):
-        return type(value) is tp
-    origin = typing.get_origin(tp)
-    return origin is not None and isinstance(value, origin)
 
 
 def _plain(value: Any) -> Any:
@@ -517,6 +410,6 @@ def field_help() -> list[tuple[str, str, str, str, str]]:
         text = f.metadata["help"]
         if "choices" in f.metadata:
             text += f" [choices: {', '.join(map(str, f.metadata['choices']))}]"
-        rows.append((f.metadata["group"], f.name, _type_name(hints[f.name]), yaml.safe_dump(default,
+        rows.append((f.metadata["group"], f.name, typed_values.type_name(hints[f.name]), yaml.safe_dump(default,
                      default_flow_style=True).strip().removesuffix("...").strip(), text))
     return rows

@@ -1,0 +1,130 @@
+"""Values checked against a type annotation, and text read as the annotated type.
+
+One definition for everything that takes typed values from a user: ``TrainConfig`` fields (YAML files,
+``key=value`` overrides) and notebook parameters (papermill's ``-p name value`` passes lists and ``None`` as
+text). Supported annotations: ``bool``, ``int``, ``float``, ``str``, ``None``, ``list[T]``, ``list``, ``dict``,
+``Any`` and unions of these (``Optional[...]``, ``X | None``).
+"""
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Union
+
+import yaml
+
+
+class RawValue:
+    """A value read from text: the YAML-parsed value plus the raw text (for str fields like ``run_dir=007``)."""
+
+    __slots__ = ("raw", "parsed")
+
+    def __init__(self, raw: str, parsed: Any) -> None:
+        self.raw = raw
+        self.parsed = parsed
+
+    def __repr__(self) -> str:
+        return repr(self.raw)
+
+
+def from_text(raw: str) -> RawValue:
+    """``raw`` parsed as YAML (``"[Center, L-R]"`` -> a list, ``"null"`` -> None), the text kept beside it."""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return RawValue(raw, value)
+
+
+def type_name(tp: Any) -> str:
+    """``list[str]``, ``Optional[int]``, ``null``: an annotation as a user reads it."""
+    if tp is type(None):
+        return "null"
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def coerce(name: str, value: Any, tp: Any, what: str = "config field", error: type[Exception] = ValueError) -> Any:
+    """Check ``value`` against annotation ``tp``; convert int->float, numeric strings -> numbers, a
+    ``RawValue`` to whichever of its text or parsed value fits.
+
+    Raises:
+        error: the value does not fit the type (the message names ``what``, ``name`` and the type).
+    """
+    raw: str | None = None
+    if isinstance(value, RawValue):
+        raw, value = value.raw, value.parsed
+    result = _try_coerce(value, raw, tp)
+    if result is _FAIL:
+        shown = raw if raw is not None else repr(value)
+        raise error(f"{what} {name!r}: expected {type_name(tp)}, got {shown} ({type(value).__name__})")
+    return result
+
+
+_FAIL = object()
+
+
+def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
+    if tp in (list, dict):  # a bare annotation (a notebook's `encoder_kwargs: dict = {}`): items of any type
+        tp = list[Any] if tp is list else dict[str, Any]
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        # Exact-type matches first, so "1" for Union[int, str] becomes 1 and 1.0 for Union[int, float] stays 1.0.
+        for option in options:
+            if _exact_match(value, option):
+                return _try_coerce(value, raw, option)
+        for option in options:
+            result = _try_coerce(value, raw, option)
+            if result is not _FAIL:
+                return result
+        return _FAIL
+    if tp is Any:
+        return value
+    if tp is type(None):
+        return None if value is None else _FAIL
+    if tp is bool:
+        return value if isinstance(value, bool) else _FAIL
+    if tp is int:
+        # Strict: 3.0 for an int field is more likely a mistake than an intent.
+        return value if isinstance(value, int) and not isinstance(value, bool) else _FAIL
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+            try:
+                return float(value)
+            except ValueError:
+                return _FAIL
+        return _FAIL
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if raw is not None and value is not None and not isinstance(value, (list, dict)):
+            return raw.strip()
+        return _FAIL
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str) and raw is not None:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            return _FAIL
+        items = [_try_coerce(v, None, item_tp) for v in value]
+        return _FAIL if any(i is _FAIL for i in items) else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _FAIL
+        return dict(value)
+    raise TypeError(f"unsupported config annotation {tp!r}")
+
+
+def _exact_match(value: Any, tp: Any) -> bool:
+    if tp is type(None):
+        return value is None
+    if tp is bool or tp is int:
+        return type(value) is tp
+    if tp in (float, str):
+        return type(value) is tp
+    origin = typing.get_origin(tp)
+    return origin is not None and isinstance(value, origin)
