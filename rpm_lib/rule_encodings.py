@@ -1,5 +1,5 @@
-"""The registry of rule encodings: the one place that says what ``dense``, ``sparse38``, ``sparse40`` and
-``sparse50`` mean for a dataset.
+"""The registry of rule encodings: the one place that says what ``dense``, ``sparse38``, ``sparse40``,
+``sparse45`` and ``sparse50`` mean for a dataset.
 
 Configuration validation, the data module, training metrics, notebooks and figures all ask this registry
 (``rule_encoding(name, dataset)``) for the width, the sample key a dataset stores the vector under, how to
@@ -14,6 +14,21 @@ Slot names are one naming everywhere (``metrics.json``, notebook 05, figures):
   rule maps to (Arithmetic on Type) are ``"unused slot 10"`` / ``"unused slot 32"``.
 * dense: the column names (``rules.META_TARGET_FORMAT`` for RAVEN, ``rules.PGM_META_TARGET_FORMAT`` for PGM).
 * PGM sparse-50: ``"progression on shape size"``.
+* The Mesh (I-RAVEN-Mesh, ``meta_matrix`` rows 8..11): ``"Mesh: Progression on Position"`` in every
+  configuration.
+
+**I-RAVEN-Mesh.** ``sparse45`` (width 45) covers the Mesh: slots 0..37 are sparse-38 of the two shape
+components, slots 38..44 the Mesh's Number/Position rule, one per rule, in the order of
+``rules.MESH_SLOT_RULES``: Constant on Number/Position, Progression on Number, Progression on Position,
+Arithmetic on Number, Arithmetic on Position, Distribute_Three on Number, Distribute_Three on Position.
+The Mesh's Type / Size / Color rules are Constant in every problem (checked when a file is read) and get no
+slot. A problem without a mesh (plain I-RAVEN, Attributeless-I-RAVEN) has all 7 Mesh slots off, so one
+rule head of width 45 serves I-RAVEN pre-training and I-RAVEN-Mesh fine-tuning alike.
+
+What the other RAVEN encodings do with a Mesh problem (``RuleEncoding.covers_mesh`` says it in code):
+``sparse38`` and ``sparse40`` encode the shape components only and leave the Mesh out, as the reference
+training code for I-RAVEN-Mesh does (its auxiliary target is the sparse-40 code of the first two
+components); ``dense`` is the OR over all rows, Mesh included (= the file's ``meta_target``).
 """
 from __future__ import annotations
 
@@ -41,6 +56,8 @@ class RuleEncoding:
             computes for ``rules_sparse`` (for a dense encoding, the family's default sparse layout, which the
             dense vector does not depend on).
         description: one line for ``--help`` and docs.
+        covers_mesh: whether the vector includes the rules of an I-RAVEN-Mesh Mesh (``meta_matrix`` rows
+            8..11); False means the Mesh is left out (the shape components are still encoded).
     """
 
     name: str
@@ -51,6 +68,7 @@ class RuleEncoding:
     description: str
     _encode: Callable[[np.ndarray], np.ndarray]
     _decode: Callable[[np.ndarray, float, str | None], list[str]]
+    covers_mesh: bool = False
 
     def __reduce__(self) -> tuple[Callable[[str, str], RuleEncoding], tuple[str, str]]:
         # Pickled as its registry key (data loader workers receive datasets by pickle; the functions inside
@@ -58,8 +76,8 @@ class RuleEncoding:
         return rule_encoding, (self.name, self.family)
 
     def encode_batch(self, labels: np.ndarray) -> np.ndarray:
-        """float32 ``(N, R)`` vectors from ``N`` problems' labels: RAVEN ``meta_matrix`` ``(N, 8, 9)``, PGM
-        ``relation_structure_encoded`` ``(N, n, 12)``."""
+        """float32 ``(N, R)`` vectors from ``N`` problems' labels: RAVEN ``meta_matrix`` ``(N, 8, 9)`` or
+        ``(N, 12, 9)`` (rows 8..11: the Mesh), PGM ``relation_structure_encoded`` ``(N, n, 12)``."""
         return self._encode(np.asarray(labels))
 
     def decode(self, vector: np.ndarray | Sequence[float], threshold: float = 0.5,
@@ -90,7 +108,7 @@ def _component_names(configuration: str | None) -> tuple[str, ...]:
 def _raven_rule_words(rule: rules.RavenRule, configuration: str | None) -> str:
     names = _component_names(configuration)
     c = rule[0]
-    if configuration is None or c < len(names):
+    if configuration is None or c < len(names) or c == rules.MESH_COMPONENT:  # the Mesh: "Mesh" everywhere
         return rules.format_raven_rule(rule, names or None)
     # A predicted rule on a component the configuration does not have: said so, not hidden.
     short = rules.SHORT_NAMES[rules.resolve_configuration(configuration)]
@@ -103,6 +121,10 @@ def _raven_slot_names(layout: str, configuration: str | None) -> list[str]:
     for (c, r, a), index in np.ndenumerate(table):
         if index >= 0:
             names[int(index)] = _raven_rule_words((c, rules.RELATIONS[r], rules.ATTRIBUTES[a]), configuration)
+    offset = rules.MESH_SLOT_OFFSET.get(layout)
+    if offset is not None:
+        for i, (relation, attribute) in enumerate(rules.MESH_SLOT_RULES):
+            names[offset + i] = _raven_rule_words((rules.MESH_COMPONENT, relation, attribute), configuration)
     return names
 
 
@@ -114,12 +136,20 @@ def _decode_raven_sparse(layout: str) -> Callable[[np.ndarray, float, str | None
     return decode
 
 
+_RAVEN_SPARSE_DESCRIPTIONS: dict[str, str] = {
+    "sparse38": "one bit per (component, relation, attribute), the paper's layout (a Mesh is left out)",
+    "sparse40": "one bit per (component, relation, attribute), the official MLCL code's layout (a Mesh is left out)",
+    "sparse45": "sparse38 of the two shape components plus 7 slots for the Mesh's Number/Position rule "
+                "(I-RAVEN-Mesh; all 7 off without a mesh)",
+}
+
+
 def _raven_sparse(layout: str) -> RuleEncoding:
-    paper = "the paper's" if layout == "sparse38" else "the official MLCL code's"
     return RuleEncoding(
         name=layout, family="raven", width=rules.RAVEN_SPARSE_DIMS[layout], sample_key="rules_sparse",
-        dataset_layout=layout, description=f"one bit per (component, relation, attribute), {paper} layout",
-        _encode=lambda meta: rules.raven_sparse_batch(meta, layout), _decode=_decode_raven_sparse(layout))
+        dataset_layout=layout, description=_RAVEN_SPARSE_DESCRIPTIONS[layout],
+        _encode=lambda meta: rules.raven_sparse_batch(meta, layout), _decode=_decode_raven_sparse(layout),
+        covers_mesh=layout in rules.MESH_SLOT_OFFSET)
 
 
 def _raven_dense_batch(meta: np.ndarray) -> np.ndarray:
@@ -134,10 +164,12 @@ def _pgm_dense_batch(structures: np.ndarray) -> np.ndarray:
 _ENCODINGS: dict[tuple[str, str], RuleEncoding] = {
     ("raven", "dense"): RuleEncoding(
         name="dense", family="raven", width=len(rules.META_TARGET_FORMAT), sample_key="rules_dense",
-        dataset_layout="sparse38", description="OR of the rules' relation and attribute columns (= meta_target)",
-        _encode=_raven_dense_batch, _decode=lambda v, t, _c: rules.decode_raven_dense(v, t)),
+        dataset_layout="sparse38",
+        description="OR of the rules' relation and attribute columns, a Mesh's included (= meta_target)",
+        _encode=_raven_dense_batch, _decode=lambda v, t, _c: rules.decode_raven_dense(v, t), covers_mesh=True),
     ("raven", "sparse38"): _raven_sparse("sparse38"),
     ("raven", "sparse40"): _raven_sparse("sparse40"),
+    ("raven", "sparse45"): _raven_sparse("sparse45"),
     ("pgm", "dense"): RuleEncoding(
         name="dense", family="pgm", width=len(rules.PGM_META_TARGET_FORMAT), sample_key="rules_dense",
         dataset_layout="sparse50", description="OR of the triples' object, attribute and relation columns",
@@ -158,9 +190,12 @@ def encodings_for(dataset: str) -> tuple[str, ...]:
     return tuple(name for fam, name in _ENCODINGS if fam == family)
 
 
-def default_sparse(dataset: str) -> str:
-    """The sparse encoding a dataset uses unless told otherwise: sparse38 (RAVEN), sparse50 (PGM)."""
-    return "sparse50" if _family(dataset) == "pgm" else "sparse38"
+def default_sparse(dataset: str, mesh: bool = False) -> str:
+    """The sparse encoding a dataset uses unless told otherwise: sparse38 (RAVEN), sparse45 (RAVEN data with
+    a Mesh, ``mesh=True``), sparse50 (PGM)."""
+    if _family(dataset) == "pgm":
+        return "sparse50"
+    return "sparse45" if mesh else "sparse38"
 
 
 def rule_encoding(name: str, dataset: str) -> RuleEncoding:

@@ -5,6 +5,14 @@ rule group ``g`` (0 Number/Position, 1 Type, 2 Size, 3 Color); columns are ``MET
 relation in columns 0..3, governed attribute(s) in columns 4..8). The joint "Constant on Number/Position"
 rule sets both the Number and the Position column. Rows 4..7 are zero for 1-component configurations.
 
+Files written by raven-datasets (Attributeless-I-RAVEN, I-RAVEN-Mesh) have a (12, 9) ``meta_matrix``: rows
+8..11 are the **Mesh** (I-RAVEN-Mesh's rule-governed line mesh, drawn over the shapes) in every
+configuration, and all zero when there is no mesh. Here the mesh is component ``MESH_COMPONENT`` = 2 (its
+meta block, not its .xml ``<Component id>``, which is 1 or 2), named ``"Mesh"`` in every configuration.
+Only its Number/Position rule varies; its Type, Size and Color rules are always Constant (those attributes
+have one value), and a matrix saying otherwise is refused. Every function below accepts (8, 9) and (12, 9);
+a (12, 9) matrix with zero rows 8..11 means exactly what its first 8 rows mean.
+
 Encodings (all ``float32`` multi-hot vectors; the OR over the rules of one problem):
 
 * **dense-9** (``raven_dense``): OR over the rows of ``meta_matrix`` = the file's ``meta_target``; columns
@@ -34,6 +42,17 @@ Encodings (all ``float32`` multi-hot vectors; the OR over the rules of one probl
 * **sparse-40** (``layout="sparse40"``, the official MLCL code's layout, kept for compatibility): component
   0: ``index = 4*a + r`` (attribute-major); component 1: ``index = 20 + 5*r + a`` (relation-major). Slots 10
   and 32 (Arithmetic, Type) are always 0.
+* **sparse-45** (``layout="sparse45"``, covers the Mesh): slots 0..37 are sparse-38 of the two shape
+  components; slots 38..44 are the Mesh's Number/Position rule, one slot per rule (``MESH_SLOT_RULES``):
+  38 Constant on Number/Position, 39 Progression on Number, 40 Progression on Position, 41 Arithmetic on
+  Number, 42 Arithmetic on Position, 43 Distribute_Three on Number, 44 Distribute_Three on Position. A Mesh
+  problem sets exactly one of them; a problem without a mesh none. The Mesh's Type/Size/Color rules get no
+  slot: they are Constant in every problem, so a slot would carry no information.
+
+**What the two-component layouts do with a Mesh problem:** sparse-38 and sparse-40 encode the shape
+components only (rows 0..7) and leave the Mesh out, as the reference training code for I-RAVEN-Mesh does
+(its auxiliary target is the sparse-40 code of the first two components). Use sparse-45 to include it.
+dense-9 is the OR over *all* rows, mesh included, i.e. the file's ``meta_target``.
 
 PGM labels come from ``relation_structure_encoded`` (4, 12): one row per (object, attribute, relation)
 triple (unused rows zero), columns ``PGM_META_TARGET_FORMAT`` (objects 0..1, attributes 2..6, relations
@@ -46,7 +65,7 @@ layer re-raises it as ``rpm_lib.data.DataFormatError`` with the file name.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -99,14 +118,41 @@ COMPONENT_NAMES: dict[str, tuple[str, ...]] = {
     "in_distribute_four_out_center_single": ("Out", "In"),
 }
 
-#: At most 2 components per configuration; ``meta_matrix`` has 4 rows (rule groups) per component.
+#: At most 2 (shape) components per configuration; ``meta_matrix`` has 4 rows (rule groups) per component.
 MAX_COMPONENTS: int = 2
+
+#: Rows of a plain RAVEN / I-RAVEN ``meta_matrix`` (2 components x 4 rule groups).
+META_ROWS: int = 4 * MAX_COMPONENTS
+
+#: The Mesh of I-RAVEN-Mesh: its meta block (rows 8..11) and its name, the same in every configuration.
+MESH_COMPONENT: int = MAX_COMPONENTS
+MESH_NAME: str = "Mesh"
+
+#: Rows of a raven-datasets ``meta_matrix`` (the two shape components, then the Mesh).
+MESH_META_ROWS: int = META_ROWS + 4
+
+
+def component_names(configuration: str, mesh: bool = False) -> dict[int, str]:
+    """Names of a configuration's components keyed by their ``meta_matrix`` block ``c`` (rows ``4c..4c+3``).
+
+    Args:
+        configuration: folder or short name.
+        mesh: the problems have a Mesh (I-RAVEN-Mesh): block ``MESH_COMPONENT`` (rows 8..11) is ``"Mesh"``.
+
+    Example: ``component_names("Center", mesh=True) == {0: "Grid", 2: "Mesh"}``.
+    """
+    names = dict(enumerate(COMPONENT_NAMES[resolve_configuration(configuration)]))
+    if mesh:
+        names[MESH_COMPONENT] = MESH_NAME
+    return names
 
 
 def component_legend() -> str:
     """What "component k" means across configurations, e.g. ``"component 0: Grid, Left, Up or Out; ..."``.
 
-    For figures that mix configurations and so cannot name components by one configuration.
+    For figures that mix configurations and so cannot name components by one configuration. Only the
+    shape components are numbered: the Mesh is called ``"Mesh"`` everywhere (``MESH_NAME``), so slot names
+    never say "component 2".
     """
     parts = []
     for k in range(MAX_COMPONENTS):
@@ -128,8 +174,17 @@ RAVEN_RULE_PAIRS: tuple[tuple[str, str], ...] = tuple(
     if (relation, attribute) != ("Arithmetic", "Type")
 )
 
+#: The Mesh's Number/Position rules in the order of their sparse-45 slots (38 + i). The Mesh's Type, Size
+#: and Color rules are always Constant and have no slot.
+MESH_SLOT_RULES: tuple[tuple[str, str], ...] = (("Constant", NUMBER_POSITION),) + tuple(
+    (relation, attribute) for relation in RELATIONS[1:] for attribute in ("Number", "Position")
+)
+
 #: Length of each RAVEN sparse layout.
-RAVEN_SPARSE_DIMS: dict[str, int] = {"sparse38": 38, "sparse40": 40}
+RAVEN_SPARSE_DIMS: dict[str, int] = {"sparse38": 38, "sparse40": 40, "sparse45": 38 + len(MESH_SLOT_RULES)}
+
+#: First Mesh slot of the layouts that cover the Mesh (the others encode the shape components only).
+MESH_SLOT_OFFSET: dict[str, int] = {"sparse45": 38}
 
 #: A RAVEN rule: (component index, relation, attribute); attribute is ``"Number/Position"`` for the
 #: joint Constant rule on the layout.
@@ -247,20 +302,23 @@ def _active(vector: np.ndarray | Sequence, dim: int, name: str, threshold: float
 
 
 def _raven_index_table(layout: str) -> np.ndarray:
-    """int64 (2, 4, 5): sparse index of (component, relation, attribute), -1 where not encodable."""
+    """int64 (2, 4, 5): sparse index of (shape component, relation, attribute), -1 where not encodable.
+
+    sparse-45's shape part is sparse-38; its Mesh slots are ``MESH_SLOT_OFFSET`` + ``MESH_SLOT_RULES``.
+    """
+    if layout not in RAVEN_SPARSE_DIMS:
+        raise ValueError(f"unknown RAVEN sparse layout {layout!r}; expected one of {list(RAVEN_SPARSE_DIMS)}")
     table = np.full((MAX_COMPONENTS, len(RELATIONS), len(ATTRIBUTES)), -1, dtype=np.int64)
     for c in range(MAX_COMPONENTS):
         for r in range(len(RELATIONS)):
             for a in range(len(ATTRIBUTES)):
-                if layout == "sparse38":
+                if layout in ("sparse38", "sparse45"):
                     j = 5 * r + a
                     if j == 12:  # (Arithmetic, Type): never generated, not part of the paper's 38
                         continue
                     table[c, r, a] = 19 * c + j - (j > 12)
-                elif layout == "sparse40":
+                else:  # sparse40
                     table[c, r, a] = 4 * a + r if c == 0 else 20 + 5 * r + a
-                else:
-                    raise ValueError(f"unknown RAVEN sparse layout {layout!r}; expected one of {list(RAVEN_SPARSE_DIMS)}")
     return table
 
 
@@ -276,32 +334,46 @@ def _raven_index(layout: str) -> np.ndarray:
         ) from None
 
 
+def _check_rows(rows: int, name: str, shape: tuple[int, ...]) -> None:
+    if rows not in (META_ROWS, MESH_META_ROWS):
+        lead = "N, " if len(shape) == 3 else ""
+        raise ValueError(f"{name}: expected shape ({lead}{META_ROWS}, 9) or ({lead}{MESH_META_ROWS}, 9), got {shape}")
+
+
+def has_mesh(meta_matrix: np.ndarray) -> bool:
+    """True when a ``meta_matrix`` (8 or 12, 9) has a Mesh rule group, i.e. (12, 9) with non-zero rows 8..11."""
+    matrix = _binary_array(meta_matrix, "meta_matrix", 2, len(META_TARGET_FORMAT))
+    _check_rows(matrix.shape[0], "meta_matrix", matrix.shape)
+    return bool(matrix[META_ROWS:].any())
+
+
 def raven_rules_from_meta_matrix(meta_matrix: np.ndarray) -> list[RavenRule]:
     """The rules of one RAVEN problem, validated.
 
     Args:
-        meta_matrix: (8, 9) 0/1 array (any integer, bool or float dtype).
+        meta_matrix: (8, 9) or (12, 9) 0/1 array (any integer, bool or float dtype); rows 8..11 are the Mesh.
 
     Returns:
         ``[(component, relation, attribute), ...]`` in ``meta_matrix`` row order (component 0 first, then
-        groups Number/Position, Type, Size, Color): 4 rules per present component. The joint Constant rule on
-        the layout is ONE entry with attribute ``"Number/Position"``.
+        groups Number/Position, Type, Size, Color): 4 rules per present component, the Mesh last as
+        component ``MESH_COMPONENT`` (2). The joint Constant rule on the layout is ONE entry with attribute
+        ``"Number/Position"``.
 
     Raises:
         ValueError: wrong shape or values, a row without exactly one relation bit, attributes that do not
-        match the row's rule group, Arithmetic on Type, or component 0 absent.
+        match the row's rule group, Arithmetic on Type, a Mesh rule other than Constant on Type / Size /
+        Color, or component 0 absent.
     """
     matrix = _binary_array(meta_matrix, "meta_matrix", 2, len(META_TARGET_FORMAT))
-    if matrix.shape[0] != 4 * MAX_COMPONENTS:
-        raise ValueError(f"meta_matrix: expected shape (8, 9), got {matrix.shape}")
+    _check_rows(matrix.shape[0], "meta_matrix", matrix.shape)
     rows = matrix.tolist()  # plain lists: this runs once per sample, numpy calls per row are slower
     rules: list[RavenRule] = []
-    for c in range(MAX_COMPONENTS):
+    for c in range(len(rows) // 4):
         block = rows[4 * c : 4 * c + 4]
         if not any(any(row) for row in block):
             if c == 0:
                 raise ValueError("meta_matrix: rows 0-3 (component 0) are all zero")
-            continue  # 1-component configuration
+            continue  # 1-component configuration, or no Mesh
         for g, row in enumerate(block):
             where = f"meta_matrix row {4 * c + g} {row}"
             relation_bits = [i for i in range(4) if row[i]]
@@ -325,21 +397,24 @@ def raven_rules_from_meta_matrix(meta_matrix: np.ndarray) -> list[RavenRule]:
                 raise ValueError(f"{where}: rule group {RULE_GROUPS[g]} must govern exactly {RULE_GROUPS[g]}, got {list(attributes)}")
             if (relation, attribute) == ("Arithmetic", "Type"):
                 raise ValueError(f"{where}: Arithmetic on Type never occurs in RAVEN")
+            if c == MESH_COMPONENT and g > 0 and relation != "Constant":
+                # The Mesh's lines have one type, size and colour: any other rule is a corrupt label, and
+                # sparse-45 (which gives these rules no slot) would otherwise drop it silently.
+                raise ValueError(f"{where}: the Mesh's {attribute} is always Constant, got {relation}")
             rules.append((c, relation, attribute))
     return rules
 
 
 def raven_dense(meta_matrix: np.ndarray) -> np.ndarray:
-    """Dense-9 label: float32 (9,) OR over the rows of ``meta_matrix`` (columns ``META_TARGET_FORMAT``).
-
-    Equals the file's ``meta_target``.
+    """Dense-9 label: float32 (9,) OR over the rows of ``meta_matrix`` (8 or 12 rows, so a Mesh's rules are
+    included; columns ``META_TARGET_FORMAT``). Equals the file's ``meta_target``.
     """
     matrix = _binary_array(meta_matrix, "meta_matrix", 2, len(META_TARGET_FORMAT))
     return matrix.max(axis=0).astype(np.float32)
 
 
 def _raven_cells(meta_matrices: np.ndarray) -> np.ndarray:
-    """bool (N, 2, 4, 5): (component, relation, attribute) cells set by a batch of meta matrices.
+    """bool (N, 2, 4, 5): (shape component, relation, attribute) cells set by a batch of (N, 8, 9) matrices.
 
     A row's relation one-hot times its attribute bits gives its cells (Constant N/P: two cells).
     """
@@ -348,33 +423,56 @@ def _raven_cells(meta_matrices: np.ndarray) -> np.ndarray:
     return cells.any(axis=2)
 
 
-def raven_sparse_batch(meta_matrices: np.ndarray, layout: str = "sparse38") -> np.ndarray:
-    """Sparse labels of many problems at once: (N, 8, 9) 0/1 -> float32 (N, 38 | 40).
+def _mesh_slots(rows: np.ndarray) -> np.ndarray:
+    """float32 (N, 7): the ``MESH_SLOT_RULES`` slot set by each Mesh Number/Position row (N, 9) (row 8)."""
+    rows = rows.astype(bool)
+    number, position = rows[:, 4 + ATTRIBUTES.index("Number")], rows[:, 4 + ATTRIBUTES.index("Position")]
+    out = np.zeros((len(rows), len(MESH_SLOT_RULES)), dtype=np.float32)
+    for i, (relation, attribute) in enumerate(MESH_SLOT_RULES):
+        on = {"Number": number, "Position": position, NUMBER_POSITION: number & position}[attribute]
+        out[:, i] = rows[:, RELATIONS.index(relation)] & on
+    return out
 
-    Assumes each matrix is well formed (``raven_rules_from_meta_matrix`` passes); still raises
-    ``ValueError`` when a rule has no slot in ``layout`` (Arithmetic on Type under sparse-38).
+
+def raven_sparse_batch(meta_matrices: np.ndarray, layout: str = "sparse38") -> np.ndarray:
+    """Sparse labels of many problems at once: (N, 8 or 12, 9) 0/1 -> float32 (N, 38 | 40 | 45).
+
+    sparse-38 / sparse-40 encode rows 0..7 (the shape components; a Mesh is left out), sparse-45 also the
+    Mesh's Number/Position rule (row 8). Assumes each matrix is well formed (``raven_rules_from_meta_matrix``
+    passes); still raises ``ValueError`` when a rule has no slot in ``layout`` (Arithmetic on Type under
+    sparse-38).
     """
     table = _raven_index(layout)
     matrices = _binary_array(meta_matrices, "meta_matrices", 3, len(META_TARGET_FORMAT))
-    if matrices.shape[1] != 4 * MAX_COMPONENTS:
-        raise ValueError(f"meta_matrices: expected shape (N, 8, 9), got {matrices.shape}")
-    cells = _raven_cells(matrices)
+    _check_rows(matrices.shape[1], "meta_matrices", matrices.shape)
+    cells = _raven_cells(matrices[:, :META_ROWS])
     if (cells & (table < 0)).any():
         raise ValueError(f"meta_matrices: a rule (Arithmetic on Type) has no slot in layout {layout}")
     out = np.zeros((len(matrices), RAVEN_SPARSE_DIMS[layout]), dtype=np.float32)
     n, c, r, a = np.nonzero(cells)
     out[n, table[c, r, a]] = 1.0
+    offset = MESH_SLOT_OFFSET.get(layout)
+    if offset is not None and matrices.shape[1] == MESH_META_ROWS:
+        out[:, offset : offset + len(MESH_SLOT_RULES)] = _mesh_slots(matrices[:, META_ROWS])
     return out
 
 
 def raven_sparse(meta_matrix: np.ndarray, layout: str = "sparse38") -> np.ndarray:
-    """Sparse label of one problem: float32 (38,) for ``"sparse38"`` (default) or (40,) for ``"sparse40"``.
+    """Sparse label of one problem: float32 (38,) for ``"sparse38"`` (default), (40,) for ``"sparse40"``,
+    (45,) for ``"sparse45"``.
 
-    See the module docstring for the index layouts. Validates ``meta_matrix`` first.
+    See the module docstring for the index layouts and what each does with a Mesh. Validates ``meta_matrix``
+    ((8, 9) or (12, 9)) first.
     """
     table = _raven_index(layout)
+    offset = MESH_SLOT_OFFSET.get(layout)
     out = np.zeros(RAVEN_SPARSE_DIMS[layout], dtype=np.float32)
     for c, relation, attribute in raven_rules_from_meta_matrix(meta_matrix):
+        if c == MESH_COMPONENT:
+            # Mesh Type/Size/Color are always Constant (validated): no slot. Shape-only layouts skip the Mesh.
+            if offset is not None and (relation, attribute) in MESH_SLOT_RULES:
+                out[offset + MESH_SLOT_RULES.index((relation, attribute))] = 1.0
+            continue
         r = RELATIONS.index(relation)
         for name in ("Number", "Position") if attribute == NUMBER_POSITION else (attribute,):
             out[table[c, r, ATTRIBUTES.index(name)]] = 1.0
@@ -388,11 +486,17 @@ def decode_raven_sparse_rules(
 
     Returns ``(component, relation, attribute)`` sorted by component, attribute, relation; a Constant
     Number bit together with the Constant Position bit of the same component becomes one
-    ``(c, "Constant", "Number/Position")`` entry (one bit alone stays as it is).
+    ``(c, "Constant", "Number/Position")`` entry (one bit alone stays as it is). Under sparse-45 the Mesh's
+    slots follow as ``(MESH_COMPONENT, relation, attribute)`` in slot order.
     """
     table = _raven_index(layout)
+    offset = MESH_SLOT_OFFSET.get(layout, RAVEN_SPARSE_DIMS[layout])
     found: set[tuple[int, int, int]] = set()
+    mesh: list[RavenRule] = []
     for index in _active(vector, RAVEN_SPARSE_DIMS[layout], f"{layout} vector", threshold):
+        if index >= offset:
+            mesh.append((MESH_COMPONENT, *MESH_SLOT_RULES[int(index) - offset]))
+            continue
         c, r, a = (int(v[0]) for v in np.nonzero(table == index))
         found.add((c, r, a))
     number, position, constant = ATTRIBUTES.index("Number"), ATTRIBUTES.index("Position"), 0
@@ -403,20 +507,28 @@ def decode_raven_sparse_rules(
                 rules.append((c, r, a, NUMBER_POSITION))
             continue
         rules.append((c, r, a, ATTRIBUTES[a]))
-    return [(c, RELATIONS[r], name) for c, r, _a, name in rules]
+    return [(c, RELATIONS[r], name) for c, r, _a, name in rules] + mesh
 
 
-def format_raven_rule(rule: RavenRule, component_names: Sequence[str] | None = None) -> str:
-    """``"component 0: Progression on Size"``, or ``"Left: Progression on Size"`` with component names."""
+def format_raven_rule(rule: RavenRule, component_names: Sequence[str] | Mapping[int, str] | None = None) -> str:
+    """``"component 0: Progression on Size"``, or ``"Left: Progression on Size"`` with component names (a
+    sequence indexed by component, or ``component_names(...)``'s mapping). The Mesh is always ``"Mesh"``."""
     c, relation, attribute = rule
-    who = component_names[c] if component_names is not None else f"component {c}"
+    if component_names is not None and (c in component_names if isinstance(component_names, Mapping)
+                                        else c < len(component_names)):
+        who = component_names[c]
+    elif c == MESH_COMPONENT:
+        who = MESH_NAME
+    else:
+        who = f"component {c}"
     return f"{who}: {relation} on {attribute}"
 
 
 def decode_raven_sparse(
     vector: np.ndarray | Sequence[float], layout: str = "sparse38", threshold: float = 0.5
 ) -> list[str]:
-    """Readable rules of a sparse vector, e.g. ``["component 0: Constant on Number/Position", ...]``."""
+    """Readable rules of a sparse vector, e.g. ``["component 0: Constant on Number/Position", ...,
+    "Mesh: Progression on Position"]``."""
     return [format_raven_rule(rule) for rule in decode_raven_sparse_rules(vector, layout, threshold)]
 
 
@@ -426,25 +538,26 @@ def decode_raven_dense(vector: np.ndarray | Sequence[float], threshold: float = 
 
 
 def describe_raven_rules(meta_matrix: np.ndarray, configuration: str | None = None) -> list[str]:
-    """One readable line per rule, e.g. ``"Left: Progression on Size"``.
+    """One readable line per rule, e.g. ``"Left: Progression on Size"`` or ``"Mesh: Progression on Position"``.
 
     Args:
-        meta_matrix: (8, 9) 0/1.
+        meta_matrix: (8, 9) or (12, 9) 0/1; a Mesh's 4 rules (rows 8..11) come last.
         configuration: folder or short name; when given, components are named (Grid / Left / Right / Up /
-            Down / Out / In) and the number of components is checked against the configuration.
+            Down / Out / In) and the number of shape components is checked against the configuration.
     """
     rules = raven_rules_from_meta_matrix(meta_matrix)
     if configuration is None:
         return [format_raven_rule(rule) for rule in rules]
     folder = resolve_configuration(configuration)
     names = COMPONENT_NAMES[folder]
-    present = {c for c, _r, _a in rules}
+    present = {c for c, _r, _a in rules if c != MESH_COMPONENT}
     if present != set(range(len(names))):
         raise ValueError(
             f"meta_matrix has rules for components {sorted(present)} but configuration {folder} "
             f"has {len(names)} component(s) {list(names)}"
         )
-    return [format_raven_rule(rule, names) for rule in rules]
+    mesh = any(c == MESH_COMPONENT for c, _r, _a in rules)
+    return [format_raven_rule(rule, component_names(folder, mesh)) for rule in rules]
 
 
 def requires_position_preserving(meta_matrix: np.ndarray) -> bool:
@@ -452,9 +565,10 @@ def requires_position_preserving(meta_matrix: np.ndarray) -> bool:
     panel's content as a whole are safe (the ``position_preserving`` recipe of ``rpm_lib.augment``: flips,
     90-degree and free rotations, transposes; no grid shuffle, no roll).
 
-    RAVEN ``meta_matrix`` (8, 9): any row with (Progression or Arithmetic) and Position, i.e.
-    ``(col1 or col2) and col5`` (the official MLCL rule). A PGM ``relation_structure_encoded`` (n, 12) is
-    accepted too and dispatched to ``pgm_requires_position_preserving``.
+    RAVEN ``meta_matrix`` (8 or 12, 9): any row with (Progression or Arithmetic) and Position, i.e.
+    ``(col1 or col2) and col5`` (the official MLCL rule), the Mesh's row included (its Progression on Position
+    turns the whole mesh by 90 degrees per column). A PGM ``relation_structure_encoded`` (n, 12) is accepted
+    too and dispatched to ``pgm_requires_position_preserving``.
     """
     arr = np.asarray(meta_matrix)
     if arr.ndim == 2 and arr.shape[1] == len(PGM_META_TARGET_FORMAT):

@@ -5,8 +5,20 @@ import numpy as np
 import pytest
 
 from rpm_lib import rules
-from rpm_lib.rule_encodings import ENCODING_NAMES, encodings_for, rule_encoding
+from rpm_lib.rule_encodings import ENCODING_NAMES, default_sparse, encodings_for, rule_encoding
 from meta_matrices import CENTER, LEFT_RIGHT
+
+
+def with_mesh(matrix: np.ndarray, relation: str, attribute: str) -> np.ndarray:
+    """(12, 9): ``matrix`` plus an I-RAVEN-Mesh Mesh (rows 8-11) with ``relation`` on ``attribute``."""
+    out = np.zeros((12, 9), dtype=np.uint8)
+    out[:8] = matrix
+    out[8, rules.RELATIONS.index(relation)] = 1
+    for a in ("Number", "Position") if attribute == "Number/Position" else (attribute,):
+        out[8, 4 + rules.ATTRIBUTES.index(a)] = 1
+    for row, a in ((9, "Type"), (10, "Size"), (11, "Color")):
+        out[row, [0, 4 + rules.ATTRIBUTES.index(a)]] = 1
+    return out
 
 
 PGM = np.array([[1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0],    # shape size progression
@@ -14,7 +26,7 @@ PGM = np.array([[1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0],    # shape size progressio
                 [0] * 12, [0] * 12], dtype=np.uint8)
 
 EVERY = [(dataset, name) for dataset in ("iraven", "pgm") for name in encodings_for(dataset)]
-WIDTHS = {("iraven", "dense"): 9, ("iraven", "sparse38"): 38, ("iraven", "sparse40"): 40,
+WIDTHS = {("iraven", "dense"): 9, ("iraven", "sparse38"): 38, ("iraven", "sparse40"): 40, ("iraven", "sparse45"): 45,
           ("pgm", "dense"): 12, ("pgm", "sparse50"): 50}
 
 
@@ -95,3 +107,58 @@ def test_an_encoding_pickles_as_the_registry_entry(dataset: str, name: str) -> N
 
     encoding = rule_encoding(name, dataset)
     assert pickle.loads(pickle.dumps(encoding)) is encoding
+
+
+# ------------------------------------------------------------------------------------------------
+# I-RAVEN-Mesh: sparse45 covers the Mesh; what the others do with it is explicit
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("relation, attribute", rules.MESH_SLOT_RULES)
+@pytest.mark.parametrize("base, configuration", [(CENTER, "Center"), (LEFT_RIGHT, "L-R")])
+def test_sparse45_round_trips_a_mesh_problem_to_words(base, configuration, relation, attribute):
+    encoding = rule_encoding("sparse45", "iraven")
+    matrix = with_mesh(base, relation, attribute)
+    vector = encoding.encode_batch(matrix[None])[0]
+    assert vector.shape == (45,) and vector[38:].sum() == 1
+    words = encoding.decode(vector, configuration=configuration)
+    # every rule in words, except the Mesh's Type/Size/Color, which are Constant in every problem (no slot)
+    expected = [w for w in rules.describe_raven_rules(matrix, configuration)
+                if w not in ("Mesh: Constant on Type", "Mesh: Constant on Size", "Mesh: Constant on Color")]
+    assert sorted(words) == sorted(expected)
+    assert f"Mesh: {relation} on {attribute}" in words
+    # and the slot names say the same: the active slots of the label are the decoded rules
+    names = encoding.slot_names(configuration)
+    active = {names[j] for j in np.flatnonzero(vector)}
+    assert f"Mesh: {relation} on {attribute}" in active and set(words) <= active | {
+        w for w in words if w.endswith("Number/Position")}
+
+
+def test_sparse45_slot_names_and_a_problem_without_mesh():
+    encoding = rule_encoding("sparse45", "iraven")
+    names = encoding.slot_names()
+    assert names[:38] == rule_encoding("sparse38", "iraven").slot_names()
+    assert names[38:] == ["Mesh: Constant on Number/Position", "Mesh: Progression on Number",
+                          "Mesh: Progression on Position", "Mesh: Arithmetic on Number",
+                          "Mesh: Arithmetic on Position", "Mesh: Distribute_Three on Number",
+                          "Mesh: Distribute_Three on Position"]
+    assert encoding.slot_names("Center")[40] == "Mesh: Progression on Position"  # not "component 2 (not in Center)"
+    plain = encoding.encode_batch(np.stack([CENTER, LEFT_RIGHT]))
+    assert not plain[:, 38:].any(), "no mesh: all 7 Mesh slots off"
+    assert np.array_equal(plain[:, :38], rule_encoding("sparse38", "iraven").encode_batch(np.stack([CENTER, LEFT_RIGHT])))
+
+
+def test_what_each_raven_encoding_does_with_a_mesh_problem():
+    matrix = with_mesh(LEFT_RIGHT, "Arithmetic", "Position")  # L-R alone has no Arithmetic anywhere
+    covers = {name: rule_encoding(name, "iraven").covers_mesh for name in encodings_for("iraven")}
+    assert covers == {"dense": True, "sparse38": False, "sparse40": False, "sparse45": True}
+    for name in ("sparse38", "sparse40"):  # the shape components only, as the reference training code
+        encoding = rule_encoding(name, "iraven")
+        assert np.array_equal(encoding.encode_batch(matrix[None]), encoding.encode_batch(LEFT_RIGHT[None]))
+        assert "a Mesh is left out" in encoding.description
+    dense = rule_encoding("dense", "iraven").encode_batch(matrix[None])[0]
+    assert np.array_equal(dense, matrix.max(axis=0).astype(np.float32))  # = the file's meta_target
+    arithmetic = rules.RELATIONS.index("Arithmetic")
+    assert dense[arithmetic] == 1 and rules.raven_dense(LEFT_RIGHT)[arithmetic] == 0
+    assert default_sparse("iraven") == "sparse38" and default_sparse("iraven", mesh=True) == "sparse45"
+    assert default_sparse("pgm", mesh=True) == "sparse50"

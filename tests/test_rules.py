@@ -58,7 +58,7 @@ def test_feasible_pairs_are_the_19_without_arithmetic_on_type():
     assert ("Arithmetic", "Type") not in rules.RAVEN_RULE_PAIRS
     assert {r for r, _ in rules.RAVEN_RULE_PAIRS} == set(rules.RELATIONS)
     assert {a for _, a in rules.RAVEN_RULE_PAIRS} == set(rules.ATTRIBUTES)
-    assert rules.RAVEN_SPARSE_DIMS == {"sparse38": 38, "sparse40": 40}
+    assert rules.RAVEN_SPARSE_DIMS == {"sparse38": 38, "sparse40": 40, "sparse45": 45}
 
 
 def test_component_names_cover_every_configuration():
@@ -66,7 +66,7 @@ def test_component_names_cover_every_configuration():
     assert sum(len(v) for v in rules.COMPONENT_NAMES.values()) == 11
 
 
-@pytest.mark.parametrize("layout", ["sparse38", "sparse40"])
+@pytest.mark.parametrize("layout", ["sparse38", "sparse40", "sparse45"])
 def test_every_rule_pair_has_its_own_slot(layout):
     """Encode each single (component, relation, attribute) alone: all slots distinct and within range."""
     seen = {}
@@ -78,7 +78,7 @@ def test_every_rule_pair_has_its_own_slot(layout):
             assert rules.decode_raven_sparse_rules(vec, layout) == [(c, relation, attribute)]
             seen[index] = (c, relation, attribute)
     assert len(seen) == 38
-    if layout == "sparse38":
+    if layout in ("sparse38", "sparse45"):
         assert sorted(seen) == list(range(38))
     else:
         assert set(range(40)) - set(seen) == {10, 32}  # (Arithmetic, Type) of each component
@@ -160,7 +160,7 @@ def test_describe_rejects_a_configuration_with_other_components(iraven_reference
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["sparse38", "sparse40"])
+@pytest.mark.parametrize("layout", ["sparse38", "sparse40", "sparse45"])
 def test_random_rule_sets_round_trip(layout):
     rng = np.random.default_rng(0)
     matrices = [random_meta_matrix(rng, components=1 + i % 2) for i in range(300)]
@@ -297,3 +297,135 @@ def test_pgm_malformed_rows_raise(row, message):
         rules.pgm_triples(structure)
     with pytest.raises(ValueError, match="no rule"):
         rules.pgm_triples(np.zeros((4, 12)))
+
+
+# ------------------------------------------------------------------------------------------------
+# The Mesh of I-RAVEN-Mesh (meta_matrix rows 8-11)
+# ------------------------------------------------------------------------------------------------
+
+MESH_GROUP0 = [("Constant", ("Number", "Position"))] + [
+    (r, (a,)) for r in rules.RELATIONS[1:] for a in ("Number", "Position")
+]
+
+
+def with_mesh(matrix: np.ndarray, relation: str, attributes: tuple[str, ...]) -> np.ndarray:
+    """(12, 9): ``matrix``'s 8 rows, then a Mesh with ``relation`` on ``attributes`` and Constant Type/Size/Color."""
+    out = np.zeros((12, 9), dtype=np.uint8)
+    out[:8] = matrix
+    out[8, rules.RELATIONS.index(relation)] = 1
+    for a in attributes:
+        out[8, 4 + rules.ATTRIBUTES.index(a)] = 1
+    for g, attribute in enumerate(("Type", "Size", "Color"), start=1):
+        out[8 + g, 0] = 1
+        out[8 + g, 4 + rules.ATTRIBUTES.index(attribute)] = 1
+    return out
+
+
+def test_mesh_vocabulary():
+    assert rules.MESH_COMPONENT == 2 and rules.MESH_NAME == "Mesh"
+    assert (rules.META_ROWS, rules.MESH_META_ROWS) == (8, 12)
+    assert len(rules.MESH_SLOT_RULES) == 7 == len(set(rules.MESH_SLOT_RULES))
+    assert rules.MESH_SLOT_RULES[0] == ("Constant", rules.NUMBER_POSITION)
+    assert rules.component_names("Center", mesh=True) == {0: "Grid", 2: "Mesh"}
+    assert rules.component_names("O-IG") == {0: "Out", 1: "In"}
+    # figures that mix configurations number the shape components only: the Mesh names itself everywhere
+    assert rules.component_legend() == "component 0: Grid, Left, Up or Out; component 1: Right, Down or In"
+
+
+def test_each_mesh_rule_has_one_sparse45_slot_and_round_trips():
+    base = _valid_matrix()
+    for i, (relation, attributes) in enumerate(MESH_GROUP0):
+        matrix = with_mesh(base, relation, attributes)
+        attribute = rules.NUMBER_POSITION if len(attributes) == 2 else attributes[0]
+        assert rules.has_mesh(matrix) and not rules.has_mesh(matrix[:8])
+        decoded = rules.raven_rules_from_meta_matrix(matrix)
+        assert decoded[-4:] == [(2, relation, attribute), (2, "Constant", "Type"), (2, "Constant", "Size"),
+                                (2, "Constant", "Color")]
+        sparse = rules.raven_sparse(matrix, "sparse45")
+        assert np.flatnonzero(sparse[38:]).tolist() == [rules.MESH_SLOT_RULES.index((relation, attribute))]
+        assert np.array_equal(sparse[:38], rules.raven_sparse(base, "sparse38"))
+        assert rules.decode_raven_sparse_rules(sparse, "sparse45")[-1] == (2, relation, attribute)
+        assert rules.decode_raven_sparse(sparse, "sparse45")[-1] == f"Mesh: {relation} on {attribute}"
+        assert np.array_equal(rules.raven_sparse_batch(matrix[None], "sparse45")[0], sparse)
+        # the two-component layouts leave the Mesh out, explicitly (module docstring)
+        for layout in ("sparse38", "sparse40"):
+            assert np.array_equal(rules.raven_sparse(matrix, layout), rules.raven_sparse(base, layout))
+            assert np.array_equal(rules.raven_sparse_batch(matrix[None], layout)[0], rules.raven_sparse(base, layout))
+        # dense-9 is the OR of all 12 rows (the file's meta_target)
+        assert np.array_equal(rules.raven_dense(matrix), matrix.max(axis=0).astype(np.float32))
+        assert i == 0 or rules.raven_dense(matrix)[rules.RELATIONS.index(relation)] == 1
+
+
+def test_a_twelve_row_matrix_without_mesh_means_its_eight_rows():
+    matrix = _valid_matrix()
+    padded = np.zeros((12, 9), dtype=np.uint8)
+    padded[:8] = matrix
+    assert rules.raven_rules_from_meta_matrix(padded) == rules.raven_rules_from_meta_matrix(matrix)
+    for layout in rules.RAVEN_SPARSE_DIMS:
+        assert np.array_equal(rules.raven_sparse(padded, layout), rules.raven_sparse(matrix, layout))
+    assert not rules.raven_sparse(padded, "sparse45")[38:].any()
+    assert rules.describe_raven_rules(padded, "Center") == rules.describe_raven_rules(matrix, "Center")
+
+
+def test_random_mesh_rule_sets_batch_equals_single():
+    rng = np.random.default_rng(7)
+    matrices = []
+    for i in range(200):
+        relation, attributes = MESH_GROUP0[rng.integers(len(MESH_GROUP0))]
+        matrix = with_mesh(random_meta_matrix(rng, components=1 + i % 2), relation, attributes)
+        matrices.append(matrix if i % 5 else np.pad(matrix[:8], ((0, 4), (0, 0))))  # some without a Mesh
+    for layout in rules.RAVEN_SPARSE_DIMS:
+        batch = rules.raven_sparse_batch(np.stack(matrices), layout)
+        assert np.array_equal(batch, np.stack([rules.raven_sparse(m, layout) for m in matrices])), layout
+        for m, vector in zip(matrices, batch):
+            expected = {r for r in rules.raven_rules_from_meta_matrix(m)
+                        if r[0] != 2 or (layout == "sparse45" and r[1:] in rules.MESH_SLOT_RULES)}
+            assert set(rules.decode_raven_sparse_rules(vector, layout)) == expected
+
+
+def test_describe_names_the_mesh_in_every_configuration():
+    for configuration, names in rules.COMPONENT_NAMES.items():
+        rng = np.random.default_rng(len(names))
+        matrix = with_mesh(random_meta_matrix(rng, components=len(names)), "Progression", ("Position",))
+        lines = rules.describe_raven_rules(matrix, configuration)
+        assert lines[-4:] == ["Mesh: Progression on Position", "Mesh: Constant on Type", "Mesh: Constant on Size",
+                              "Mesh: Constant on Color"]
+        assert {line.split(":")[0] for line in lines[:-4]} == set(names)
+        assert rules.describe_raven_rules(matrix)[-4] == "Mesh: Progression on Position"
+    assert rules.format_raven_rule((2, "Arithmetic", "Number")) == "Mesh: Arithmetic on Number"
+
+
+def test_a_mesh_position_rule_needs_position_preserving_augmentation():
+    base = _valid_matrix()  # component 0 without a rule on Position
+    base[0] = 0
+    base[0, [0, 4, 5]] = 1
+    assert not rules.requires_position_preserving(base)
+    assert rules.requires_position_preserving(with_mesh(base, "Progression", ("Position",)))
+    assert rules.requires_position_preserving(with_mesh(base, "Arithmetic", ("Position",)))
+    assert not rules.requires_position_preserving(with_mesh(base, "Progression", ("Number",)))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m.__setitem__((9, slice(0, 4)), np.array([0, 1, 0, 0])), "Mesh's Type is always Constant"),
+        (lambda m: m.__setitem__((11, slice(0, 4)), np.array([0, 0, 0, 1])), "Mesh's Color is always Constant"),
+        (lambda m: m.__setitem__((8, slice(None)), 0), "relation bit"),
+        (lambda m: m.__setitem__((8, 5), 0), "Number/Position"),
+    ],
+)
+def test_malformed_mesh_rows_raise(edit, message):
+    matrix = with_mesh(_valid_matrix(), "Constant", ("Number", "Position")).astype(np.int64)
+    edit(matrix)
+    with pytest.raises(ValueError, match=message):
+        rules.raven_rules_from_meta_matrix(matrix)
+    with pytest.raises(ValueError, match=message):
+        rules.raven_sparse(matrix, "sparse45")
+
+
+def test_other_row_counts_raise():
+    for rows in (4, 10, 16):
+        with pytest.raises(ValueError, match=r"expected shape \(8, 9\) or \(12, 9\)"):
+            rules.raven_rules_from_meta_matrix(np.zeros((rows, 9)))
+        with pytest.raises(ValueError, match=r"expected shape \(N, 8, 9\) or \(N, 12, 9\)"):
+            rules.raven_sparse_batch(np.zeros((2, rows, 9)), "sparse45")

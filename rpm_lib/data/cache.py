@@ -5,13 +5,17 @@ Layout of a finished cache folder (N rows, S px)::
     manifest.json     written last: its presence marks the cache complete (kind, size, resize, counts, plan)
     panels.npy        uint8 (N, 16, S, S), file answer order, memory-mapped on read
     targets.npy       int64 (N,)          correct choice in file order
-    meta.npy          uint8 (N, 8, 9) RAVEN meta_matrix | (N, 4, 12) PGM relation_structure_encoded
+    meta.npy          uint8 (N, 8, 9) RAVEN meta_matrix, (N, 12, 9) when a problem has an I-RAVEN-Mesh Mesh
+                      (manifest "meta_rows") | (N, 4, 12) PGM relation_structure_encoded
     meta_target.npy   uint8 (N, 9) | (N, 12)
     groups.npy        int16 (N,)  index into rules.CONFIGURATIONS (RAVEN) / rules.PGM_REGIMES (PGM)
     splits.npy        int8 (N,)   index into raw_files.SPLITS
     file_ids.npy      int64 (N,)  k of RAVEN_<k>_<split> / id of PGM_<regime>_<split>_<id>
     valid.npy         bool (N,)   False for rows of files skipped with on_error="skip" (zero pixels)
     skipped.txt       one "<file>\\t<reason>" line per skipped file (on_error="skip" only)
+
+Only the keys ``load_raven_npz`` / ``load_pgm_npz`` return are stored; raven-datasets' ``meta_answer_mods``
+(which gives the answer away) is never read, so nothing in a cache derives from it.
 
 Rows are ordered by group (``rules`` order), then file id. The build writes into ``<out>.partial/``
 with a journal of finished chunks (``journal.jsonl``) and resumes from it; only a complete build gets a
@@ -54,17 +58,30 @@ ON_ERROR = ("stop", "skip")
 
 @dataclass(frozen=True)
 class _Kind:
+    """One dataset kind. ``meta_shape`` is its plain label shape; ``build_meta_shape`` the one a build stores
+    first (RAVEN: room for a Mesh, trimmed back to ``meta_shape`` at the end when no problem has one)."""
+
     name: str
     groups: tuple[str, ...]
     meta_shape: tuple[int, ...]
     meta_target_dim: int
     load: Callable[..., RpmRecord]
     source_id: Callable[[str, int, str], str]
+    build_meta_shape: tuple[int, ...]
+
+    @property
+    def meta_rows(self) -> tuple[int, ...]:
+        """The row counts a finished cache's ``meta.npy`` may have (manifest field ``meta_rows``)."""
+        return tuple(dict.fromkeys((self.meta_shape[0], self.build_meta_shape[0])))
 
 
+_RAVEN_WIDTH = len(rules.META_TARGET_FORMAT)
+_PGM_META = (PGM_MAX_TRIPLES, len(rules.PGM_META_TARGET_FORMAT))
 KINDS: dict[str, _Kind] = {
-    "raven": _Kind("raven", rules.CONFIGURATIONS, (8, len(rules.META_TARGET_FORMAT)), len(rules.META_TARGET_FORMAT), load_raven_npz, raven_source_id),
-    "pgm": _Kind("pgm", rules.PGM_REGIMES, (PGM_MAX_TRIPLES, len(rules.PGM_META_TARGET_FORMAT)), len(rules.PGM_META_TARGET_FORMAT), load_pgm_npz, pgm_source_id),
+    "raven": _Kind("raven", rules.CONFIGURATIONS, (rules.META_ROWS, _RAVEN_WIDTH), _RAVEN_WIDTH, load_raven_npz,
+                   raven_source_id, (rules.MESH_META_ROWS, _RAVEN_WIDTH)),
+    "pgm": _Kind("pgm", rules.PGM_REGIMES, _PGM_META, len(rules.PGM_META_TARGET_FORMAT), load_pgm_npz, pgm_source_id,
+                 _PGM_META),
 }
 
 
@@ -141,7 +158,7 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
         chunk.start,
         np.zeros(n, dtype=bool),
         np.zeros(n, dtype=np.int64),
-        np.zeros((n, *spec.meta_shape), dtype=np.uint8),
+        np.zeros((n, *spec.build_meta_shape), dtype=np.uint8),
         np.zeros((n, spec.meta_target_dim), dtype=np.uint8),
         [],
     )
@@ -160,7 +177,7 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
             panels[chunk.start + j] = resized
             result.ok[j] = True
             result.targets[j] = record.target
-            result.meta[j] = record.meta
+            result.meta[j, : record.meta.shape[0]] = record.meta  # a plain RAVEN problem: zero Mesh rows
             result.meta_target[j] = record.meta_target
         panels.flush()
     finally:
@@ -216,7 +233,7 @@ def _allocate(partial: Path, spec: _Kind, files: list[RawFile], size: int, plan:
     outputs = {
         "panels.npy": (np.uint8, (n, NUM_PANELS, size, size)),
         "targets.npy": (np.int64, (n,)),
-        "meta.npy": (np.uint8, (n, *spec.meta_shape)),
+        "meta.npy": (np.uint8, (n, *spec.build_meta_shape)),
         "meta_target.npy": (np.uint8, (n, spec.meta_target_dim)),
         "valid.npy": (np.bool_, (n,)),
     }
@@ -248,7 +265,7 @@ def _read_journal(partial: Path) -> tuple[set[int], list[tuple[str, str]]]:
 def _remove_partial(partial: Path) -> None:
     """Delete a stale partial build, but only if it looks like one of ours."""
     ours = {PLAN, JOURNAL, PLAN + ".tmp", MANIFEST, MANIFEST + ".tmp", SKIPPED, "panels.npy", "targets.npy", "meta.npy",
-            "meta_target.npy", "valid.npy", "groups.npy", "splits.npy", "file_ids.npy"}
+            "meta.npy.tmp", "meta_target.npy", "valid.npy", "groups.npy", "splits.npy", "file_ids.npy"}
     strangers = [p.name for p in partial.iterdir() if p.name not in ours]
     if strangers:
         raise DataFormatError(f"{partial}: unexpected files {strangers} in the partial cache folder; remove it by hand")
@@ -349,14 +366,15 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
             previous = json.loads((partial / PLAN).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             previous = None
-        if previous is None or not _same_inputs(previous, plan) or previous.get("chunk_size") != chunk_size:
+        if (previous is None or not _same_inputs(previous, plan) or previous.get("chunk_size") != chunk_size
+                or not _partial_meta_fits(partial, spec)):
             print(f"{partial}: discarding an interrupted build of other inputs/settings", file=sys.stderr)
             _remove_partial(partial)
         elif is_cache(partial):  # finished, killed before the rename
             os.rename(partial, out)
             return out
     # Memory-mapped outputs are sparse files: without this check a full disk shows up as SIGBUS mid-build.
-    row_bytes = NUM_PANELS * size * size + 8 + int(np.prod(spec.meta_shape)) + spec.meta_target_dim + 1
+    row_bytes = NUM_PANELS * size * size + 8 + int(np.prod(spec.build_meta_shape)) + spec.meta_target_dim + 1
     resuming = partial.exists()
     if not resuming:
         check_free_space(partial, len(files) * row_bytes, "rpm-data prepare")
@@ -424,11 +442,40 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
     return out
 
 
+def _partial_meta_fits(partial: Path, spec: _Kind) -> bool:
+    """Whether an interrupted build's ``meta.npy`` has this version's build shape (else it is rebuilt)."""
+    try:
+        shape = _array_header(partial / "meta.npy")[0]
+    except (OSError, ValueError, EOFError):
+        return False
+    return tuple(shape[1:]) == spec.build_meta_shape
+
+
+def _trim_meta(partial: Path, spec: _Kind) -> int:
+    """Keep ``meta.npy``'s Mesh rows only when a problem has a Mesh; returns the rows kept (manifest ``meta_rows``).
+
+    The build stores room for a Mesh in every row because it cannot know in advance whether a file has one;
+    a cache without any keeps the plain (N, 8, 9) layout, so plain caches are what they always were.
+    """
+    meta = np.load(partial / "meta.npy")
+    rows = spec.meta_shape[0]
+    if meta.shape[1] == rows or meta[:, rows:].any():
+        return int(meta.shape[1])
+    tmp = partial / "meta.npy.tmp"
+    with open(tmp, "wb") as handle:
+        np.save(handle, np.ascontiguousarray(meta[:, :rows]))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, partial / "meta.npy")
+    return rows
+
+
 def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tuple[str, str]], on_error: str) -> None:
     """Write the report and the manifest, drop the journal, rename the partial folder."""
     if on_error == "skip":
         lines = "".join(f"{path}\t{reason}\n" for path, reason in sorted(skipped))
         (partial / SKIPPED).write_text(lines)
+    meta_rows = _trim_meta(partial, spec)
     groups = np.load(partial / "groups.npy")
     splits = np.load(partial / "splits.npy")
     valid = np.load(partial / "valid.npy")
@@ -445,6 +492,7 @@ def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tup
         "num_valid": int(valid.sum()),
         "num_skipped": len(skipped),
         "group_names": list(spec.groups),
+        "meta_rows": meta_rows,
         "counts": counts,
         "plan": plan,
     }
@@ -499,10 +547,15 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
         raise DataFormatError(f"{where}: fields 'num_rows' ({n}) and 'image_size' ({size}) must be >= 0 and >= 1")
     if list(manifest["group_names"]) != list(spec.groups):
         raise DataFormatError(f"{where}: field 'group_names' does not match the {spec.name} groups of this version")
+    # Caches written before the field existed are plain (8-row RAVEN) ones.
+    meta_rows = manifest.get("meta_rows", spec.meta_shape[0])
+    if not isinstance(meta_rows, int) or isinstance(meta_rows, bool) or meta_rows not in spec.meta_rows:
+        raise DataFormatError(f"{where}: field 'meta_rows' must be one of {list(spec.meta_rows)} for a {spec.name} "
+                              f"cache, got {meta_rows!r}")
     expected = {
         "panels": (np.uint8, (n, NUM_PANELS, size, size)),
         "groups": (None, (n,)), "splits": (None, (n,)), "file_ids": (None, (n,)), "valid": (np.bool_, (n,)),
-        "targets": (None, (n,)), "meta": (np.uint8, (n, *spec.meta_shape)),
+        "targets": (None, (n,)), "meta": (np.uint8, (n, meta_rows, *spec.meta_shape[1:])),
         "meta_target": (np.uint8, (n, spec.meta_target_dim)),
     }
     for name, (dtype, shape) in expected.items():
@@ -514,8 +567,8 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
         except (ValueError, OSError, EOFError) as error:
             raise DataFormatError(f"{file}: not a readable .npy array ({error})") from None
         if tuple(found_shape) != shape:
-            raise DataFormatError(f"{file}: shape {tuple(found_shape)}, but {MANIFEST} (num_rows={n}, "
-                                  f"image_size={size}) needs {shape}")
+            fields = f"num_rows={n}, image_size={size}" + (f", meta_rows={meta_rows}" if name == "meta" else "")
+            raise DataFormatError(f"{file}: shape {tuple(found_shape)}, but {MANIFEST} ({fields}) needs {shape}")
         if dtype is not None and found_dtype != np.dtype(dtype):
             raise DataFormatError(f"{file}: dtype {found_dtype}, expected {np.dtype(dtype)}")
         needed = offset + int(np.prod(shape, dtype=np.int64)) * found_dtype.itemsize

@@ -47,6 +47,9 @@ def _info(cache: Path) -> str:
         f"image size   {manifest['image_size']} px ({manifest['resize']})",
         f"source       {manifest['plan']['source_root']}",
         f"problems     {manifest['num_valid']} valid of {manifest['num_rows']} ({manifest['num_skipped']} skipped)",
+        *([f"labels       meta_matrix with {manifest['meta_rows']} rows"
+           + (" (I-RAVEN-Mesh: rows 8-11 the Mesh)" if manifest["meta_rows"] == 12 else "")]
+          if manifest["kind"] == "raven" and "meta_rows" in manifest else []),
         f"disk         {size_bytes / 1e9:.2f} GB",
         "",
         "| group | " + " | ".join(SPLITS) + " |",

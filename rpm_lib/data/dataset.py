@@ -31,7 +31,9 @@ class RpmLabels:
         targets: int64 (N,) correct choice in FILE order (before answer shuffling; the returned sample's
             ``target`` follows its permutation).
         configurations: int64 (N,) index into ``group_names`` (``rules.CONFIGURATIONS`` / ``rules.PGM_REGIMES``).
-        meta: uint8 (N, 8, 9) ``meta_matrix`` (RAVEN) or (N, 4, 12) ``relation_structure_encoded`` (PGM).
+        meta: uint8 ``meta_matrix`` (RAVEN): (N, 8, 9), or (N, 12, 9) when the dataset holds a Mesh problem
+            (rows 8..11 the Mesh, zero for the problems without one); or (N, 4, 12)
+            ``relation_structure_encoded`` (PGM).
         meta_target: uint8 (N, 9) / (N, 12) dense labels.
         source_ids: the problems' stable names.
         group_names: names for ``configurations``.
@@ -122,17 +124,21 @@ class RpmDataset(Dataset):
         if self._labels is None:
             if self._cache is not None:
                 targets = self._cache.targets[self._rows].astype(np.int64)
-                meta = self._cache.meta[self._rows]
+                meta = self._label_meta(self._cache.meta[self._rows])
                 meta_target = self._cache.meta_target[self._rows]
             else:
                 records = [self._spec.load(f.path, with_image=False) for f in self._files]
                 targets = np.array([r.target for r in records], dtype=np.int64)
-                meta = np.stack([r.meta for r in records])
+                meta = self._label_meta([r.meta for r in records])
                 meta_target = np.stack([r.meta_target for r in records])
             self._labels = RpmLabels(
                 targets, self.configuration_indices, meta, meta_target, tuple(self.source_ids), self._spec.groups
             )
         return self._labels
+
+    def _label_meta(self, metas: list[np.ndarray] | np.ndarray) -> np.ndarray:
+        """The ``meta`` column of the label table from per-file arrays (raw) or cache rows."""
+        return np.stack(metas) if isinstance(metas, list) else metas
 
     # -- samples ----------------------------------------------------------------------------------
 

@@ -22,13 +22,30 @@ class ArrayHeader:
     dtype: np.dtype
 
 
-def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = ()) -> dict[str, np.ndarray | ArrayHeader]:
+def _read_header(member) -> ArrayHeader:
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(member)
+    else:
+        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(member)
+    return ArrayHeader(tuple(shape), np.dtype(dtype))
+
+
+def _header(archive: zipfile.ZipFile, name: str) -> ArrayHeader:
+    with archive.open(name) as member:
+        return _read_header(member)
+
+
+def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (),
+             optional: tuple[str, ...] = ()) -> dict[str, np.ndarray | ArrayHeader]:
     """Members of an .npz file.
 
     Args:
         path: the file.
         keys: members to return (all must exist).
         header_only: subset of ``keys`` returned as ``ArrayHeader`` (data not read).
+        optional: further members returned when the file has them (absent from the result otherwise, and
+            also when they hold Python objects, which only unpickling could read).
 
     Raises:
         DataFormatError: the file is missing, not a readable .npz (truncated, corrupt, pickled objects) or
@@ -41,15 +58,12 @@ def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (
             if missing:
                 raise DataFormatError(f"{path}: missing key(s) {missing}; the file has {sorted(names)}")
             out: dict[str, np.ndarray | ArrayHeader] = {}
-            for key in keys:
+            for key in (*keys, *(k for k in optional if k in names)):
+                if key in optional and _header(archive, names[key]).dtype.hasobject:
+                    continue  # an optional member readable only by unpickling is left out, never unpickled
                 with archive.open(names[key]) as member:
                     if key in header_only:
-                        version = np.lib.format.read_magic(member)
-                        if version == (1, 0):
-                            shape, _fortran, dtype = np.lib.format.read_array_header_1_0(member)
-                        else:
-                            shape, _fortran, dtype = np.lib.format.read_array_header_2_0(member)
-                        out[key] = ArrayHeader(tuple(shape), np.dtype(dtype))
+                        out[key] = _read_header(member)
                     else:
                         out[key] = np.lib.format.read_array(member, allow_pickle=False)
             return out

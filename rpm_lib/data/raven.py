@@ -10,11 +10,12 @@ from rpm_lib import rules
 from rpm_lib.data.dataset import RpmDataset, Transform
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import find_raven_files, resolve_configurations
+from rpm_lib.data.validation import stack_raven_meta
 from rpm_lib.rule_encodings import sparse_rule_encoding
 
 
 class RavenDataset(RpmDataset):
-    """RAVEN / I-RAVEN problems of one split.
+    """RAVEN / I-RAVEN problems of one split; also raven-datasets' Attributeless-I-RAVEN and I-RAVEN-Mesh.
 
     Args:
         root: raw folder ``<root>/<configuration>/RAVEN_<k>_<split>.npz`` or a cache made by
@@ -23,8 +24,10 @@ class RavenDataset(RpmDataset):
         configurations: folder or short names (default all 7); samples are ordered by configuration in this
             order, then by ``k``.
         image_size: panel side S in px (160 -> 80 by default; a cache serves only its own size).
-        rule_encoding: ``"sparse38"`` (paper, default) or ``"sparse40"`` (official MLCL layout) for
-            ``rules_sparse``; ``rules_dense`` (9) is always present.
+        rule_encoding: ``"sparse38"`` (paper, default), ``"sparse40"`` (official MLCL layout) or
+            ``"sparse45"`` (sparse38 plus the I-RAVEN-Mesh Mesh's Number/Position rule) for ``rules_sparse``;
+            ``rules_dense`` (9, the file's ``meta_target``) is always present. sparse38 / sparse40 leave a
+            Mesh out (``rpm_lib.rule_encodings``).
         answer_order: ``"random"`` / ``"fixed"`` / ``"none"``; default random for train, fixed otherwise.
         seed: seeds the answer order.
         transform: ``transform(panels uint8 (16, S, S), preserve_position) -> uint8 (16, S, S)``, once per view.
@@ -33,6 +36,11 @@ class RavenDataset(RpmDataset):
 
     Raw files are validated when read (``load_raven_npz``); ``rpm-data prepare`` validates all of them.
     Attributes ``configuration_indices`` (int64 (N,)) and ``labels`` (``RpmLabels``) give labels without images.
+
+    Files with an (8, 9) or a (12, 9) ``meta_matrix`` are read alike; a file whose rows 8..11 are non-zero is
+    an I-RAVEN-Mesh problem. ``labels.meta`` is (N, 12, 9) when the dataset holds a Mesh problem (problems
+    without one get zero rows 8..11) and (N, 8, 9) otherwise; one dataset may mix the two. A sample never
+    contains ``meta_answer_mods`` or anything computed from it.
 
     Raises:
         DataFormatError: missing / misnamed folders or files, unknown configuration, bad file content,
@@ -62,8 +70,17 @@ class RavenDataset(RpmDataset):
         )
 
     @property
+    def has_mesh(self) -> bool:
+        """True when a problem of this dataset has an I-RAVEN-Mesh Mesh (reads ``labels``: for a raw folder
+        the small members of every file, once)."""
+        return self.labels.meta.shape[1] == rules.MESH_META_ROWS
+
+    def _label_meta(self, metas: list[np.ndarray] | np.ndarray) -> np.ndarray:
+        return stack_raven_meta(metas)
+
+    @property
     def rule_dim(self) -> int:
-        """Length of ``rules_sparse`` (38 or 40)."""
+        """Length of ``rules_sparse`` (38, 40 or 45)."""
         return self.rule_spec.width
 
     def _sparse(self, meta: np.ndarray) -> np.ndarray:
