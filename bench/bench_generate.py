@@ -1,6 +1,8 @@
-"""Speed of ``rpm-generate``: problems/s per configuration in one process, writing complete files.
+"""Speed of ``rpm-generate``: problems/s per configuration in one process, writing complete files, and the
+generalisation regimes side by side with plain I-RAVEN.
 
     .venv/bin/python bench/bench_generate.py [--per-config 300] [--pool-per-config 1000] [--workers 2]
+    .venv/bin/python bench/bench_generate.py --parts regimes [--regime-per-config 40] [--repeats 3]
 
 Part 1 (one process): for each configuration, generate, render and write (.npz + .xml) ``--per-config``
 problems, timing the stages: sampling (``generate_problem``), rendering (``render_problem``) and
@@ -12,6 +14,14 @@ Part 2: ``write_dataset`` (what ``rpm-generate`` runs) with ``--workers`` proces
 ``--pool-per-config`` problems each, wall clock including process start-up and cache warm-up,
 extrapolated linearly to the full 70,000-problem I-RAVEN set (conservative: the sprite caches keep
 warming up over a full run). Target: <= 5 min with 2 workers.
+
+Part 3 (``regimes``): plain balanced I-RAVEN and every registered Attributeless regime (docs/generator.md,
+"Generalisation regimes"), the same problem indices and seed for each, splits mixed as the writer files them
+(6/2/2). Two rates per regime: generation alone (``generate_problem``: rules, rows, candidates) over
+``--regime-sample-per-config`` problems per configuration, and end to end (generate, render, write .npz +
+.xml) over ``--regime-per-config``. Both from process CPU time (one OpenCV thread), the regimes interleaved
+per configuration, each (regime, configuration) the best of ``--repeats`` rounds: that keeps the other load of
+a shared machine out of the ratios. Target: every regime >= 0.8x plain.
 
 Prints Markdown tables and the command line.
 """
@@ -30,14 +40,72 @@ import cv2
 import numpy as np
 
 from rpm_lib.generator.api import generate_problem, problem_rng
+from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, split_of
 from rpm_lib.generator.render import SPRITES, render_problem
-from rpm_lib.generator.writer import ALL_CONFIGURATIONS, problem_stem, write_dataset, write_problem
+from rpm_lib.generator.writer import problem_stem, write_dataset, write_problem
 from rpm_lib.generator.xml_io import problem_xml
+from rpm_lib.rules import CONFIGURATIONS as ALL_CONFIGURATIONS
 from rpm_lib.rules import SHORT_NAMES
 
 FULL_SET = 70_000
 TARGET_PER_PROCESS = 180.0
 TARGET_FULL_SET_MIN = 5.0
+TARGET_REGIME_RATIO = 0.8
+PARTS = ("one", "pool", "regimes")
+
+
+def _generate_seconds(configuration: str, regime: str, per_config: int, seed: int) -> float:
+    """CPU seconds to generate (no pixels) ``per_config`` problems of ``configuration`` in ``regime``."""
+    began = time.process_time()
+    for k in range(per_config):
+        generate_problem(configuration, problem_rng(seed, configuration, k), "balanced", regime, split_of(k))
+    return time.process_time() - began
+
+
+def _end_to_end_seconds(root: Path, configuration: str, regime: str, per_config: int, seed: int) -> float:
+    """CPU seconds to generate, render and write ``per_config`` problems of ``configuration`` in ``regime``
+    (sprite cache emptied first, as in part 1)."""
+    (root / configuration).mkdir(parents=True, exist_ok=True)
+    SPRITES.clear()
+    began = time.process_time()
+    for k in range(per_config):
+        problem = generate_problem(configuration, problem_rng(seed, configuration, k), "balanced", regime, split_of(k))
+        write_problem(problem, problem_stem(root, configuration, k), image=render_problem(problem))
+    return time.process_time() - began
+
+
+def bench_regimes(root: Path, names: list[str], sample_per_config: int, per_config: int, repeats: int,
+                  seed: int) -> list[dict]:
+    """Per regime: problems/s of generation alone and end to end, from the best of ``repeats`` CPU times per
+    (regime, configuration). Regimes are interleaved per configuration (order reversed every other round), so
+    a change in the machine's load hits all of them alike; CPU time (one OpenCV thread) leaves out the time
+    the process waits for the CPU while other work runs."""
+    cv2.setNumThreads(1)
+    best_sample = {(n, c): float("inf") for n in names for c in ALL_CONFIGURATIONS}
+    best_total = dict(best_sample)
+    for round_ in range(repeats):
+        for configuration in ALL_CONFIGURATIONS:
+            order = names if round_ % 2 == 0 else names[::-1]
+            for name in order:
+                key = (name, configuration)
+                seconds = _generate_seconds(configuration, name, sample_per_config, seed)
+                best_sample[key] = min(best_sample[key], seconds)
+                folder = root / name.replace("/", "_")
+                seconds = _end_to_end_seconds(folder, configuration, name, per_config, seed)
+                best_total[key] = min(best_total[key], seconds)
+                shutil.rmtree(folder, ignore_errors=True)
+        print(f"  round {round_ + 1}/{repeats} done", file=sys.stderr, flush=True)
+    rows = []
+    for name in names:
+        sample = sum(best_sample[name, c] for c in ALL_CONFIGURATIONS)
+        total = sum(best_total[name, c] for c in ALL_CONFIGURATIONS)
+        rows.append({"regime": name, "sample_rate": sample_per_config * len(ALL_CONFIGURATIONS) / sample,
+                     "rate": per_config * len(ALL_CONFIGURATIONS) / total})
+    plain = rows[0]
+    for row in rows:
+        row["sample_ratio"] = row["sample_rate"] / plain["sample_rate"]
+        row["ratio"] = row["rate"] / plain["rate"]
+    return rows
 
 
 def bench_one_process(root: Path, per_config: int, seed: int, mode: str) -> list[dict]:
@@ -73,54 +141,98 @@ def bench_one_process(root: Path, per_config: int, seed: int, mode: str) -> list
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated parts to run, of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--per-config", type=int, default=300, help="problems per configuration (default 300)")
     parser.add_argument("--pool-per-config", type=int, default=1000,
                         help="problems per configuration for the multi-worker run (default 1000)")
     parser.add_argument("--workers", type=int, default=2, help="workers for the full-set extrapolation (default 2)")
+    parser.add_argument("--regime-sample-per-config", type=int, default=300,
+                        help="problems per configuration and regime, generation alone (default 300)")
+    parser.add_argument("--regime-per-config", type=int, default=40,
+                        help="problems per configuration and regime, end to end (default 40)")
+    parser.add_argument("--regimes", default="all",
+                        help="regimes to compare with plain I-RAVEN: 'all' (every Attributeless regime) or a "
+                             "comma-separated list of names")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the regime comparison (best of; default 3)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--mode", default="balanced", choices=("balanced", "original"))
     parser.add_argument("--keep", default=None, help="write into this folder and keep it (default: a temp folder)")
     parser.add_argument("--tmp", default=None, help="parent folder of the temporary output (default: system temp)")
     args = parser.parse_args()
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"--parts: unknown part(s) {', '.join(unknown)}; expected {', '.join(PARTS)}")
+    if args.regimes == "all":
+        compared = [name for name, regime in REGIMES.items() if regime.held_out]
+    else:
+        compared = [name.strip() for name in args.regimes.split(",") if name.strip()]
+        missing = [name for name in compared if name not in REGIMES or REGIMES[name].mesh]
+        if missing:
+            parser.error(f"--regimes: unknown or not generatable {', '.join(missing)}")
+    names = ["I-RAVEN"] + [name for name in compared if name != "I-RAVEN"]
 
     command = "python bench/bench_generate.py " + " ".join(sys.argv[1:])
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_generate_", dir=args.tmp))
+    rows = regime_rows = None
     try:
-        print(f"one process, {args.per_config} problems per configuration ...", file=sys.stderr)
-        rows = bench_one_process(base / "one", args.per_config, args.seed, args.mode)
-        print(f"{args.workers} workers via write_dataset ...", file=sys.stderr)
-        began = time.perf_counter()
-        write_dataset(base / "pool", "all", count=args.pool_per_config, seed=args.seed, mode=args.mode,
-                      workers=args.workers, progress=False)
-        pool_seconds = time.perf_counter() - began
+        if "one" in parts:
+            print(f"one process, {args.per_config} problems per configuration ...", file=sys.stderr)
+            rows = bench_one_process(base / "one", args.per_config, args.seed, args.mode)
+        if "pool" in parts:
+            print(f"{args.workers} workers via write_dataset ...", file=sys.stderr)
+            began = time.perf_counter()
+            write_dataset(base / "pool", "all", count=args.pool_per_config, seed=args.seed, mode=args.mode,
+                          workers=args.workers, progress=False)
+            pool_seconds = time.perf_counter() - began
+        if "regimes" in parts:
+            print(f"regimes vs plain I-RAVEN, {args.repeats} rounds ...", file=sys.stderr)
+            regime_rows = bench_regimes(base / "regimes", names, args.regime_sample_per_config,
+                                        args.regime_per_config, args.repeats, args.seed)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
 
-    n_total = sum(r["n"] for r in rows)
-    seconds = sum(r["seconds"] for r in rows)
-    overall = n_total / seconds
-    n_pool = args.pool_per_config * len(ALL_CONFIGURATIONS)
-    pool_rate = n_pool / pool_seconds
-    full_minutes = FULL_SET / pool_rate / 60
-
-    print(f"\n## rpm-generate speed ({args.mode}, {args.per_config} problems per configuration)\n")
-    print(f"command: `{command}`  ")
+    print(f"\ncommand: `{command}`  ")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared), "
-          f"Python {platform.python_version()}, numpy {np.__version__}, OpenCV {cv2.__version__}\n")
-    print("| configuration | problems/s | sample ms | render ms | files ms (.npz+.xml) | of which .xml string ms | sprites cached | sprite hit rate |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {SHORT_NAMES[r['configuration']]} | {r['rate']:.0f} | {r['sample_ms']:.2f} | {r['render_ms']:.2f} | "
-              f"{r['files_ms']:.2f} | {r['xml_ms']:.2f} | {r['sprites']} | {100 * r['hit_rate']:.1f} % |")
-    print(f"| **overall (1 process)** | **{overall:.0f}** | | | | | | |")
-    print()
-    print("| measurement | value | target |")
-    print("|---|---:|---:|")
-    print(f"| one process, all configurations | {overall:.0f} problems/s | >= {TARGET_PER_PROCESS:.0f} |")
-    print(f"| {args.workers} workers, {n_pool} problems (wall, incl. start-up) | {pool_rate:.0f} problems/s | |")
-    print(f"| full 70,000-problem set, {args.workers} workers (extrapolated) | {full_minutes:.1f} min | "
-          f"<= {TARGET_FULL_SET_MIN:.0f} min |")
+          f"Python {platform.python_version()}, numpy {np.__version__}, OpenCV {cv2.__version__}")
+    if rows is not None:
+        n_total = sum(r["n"] for r in rows)
+        seconds = sum(r["seconds"] for r in rows)
+        overall = n_total / seconds
+        print(f"\n## rpm-generate speed ({args.mode}, {args.per_config} problems per configuration)\n")
+        print("| configuration | problems/s | sample ms | render ms | files ms (.npz+.xml) | of which .xml string ms | sprites cached | sprite hit rate |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {SHORT_NAMES[r['configuration']]} | {r['rate']:.0f} | {r['sample_ms']:.2f} | {r['render_ms']:.2f} | "
+                  f"{r['files_ms']:.2f} | {r['xml_ms']:.2f} | {r['sprites']} | {100 * r['hit_rate']:.1f} % |")
+        print(f"| **overall (1 process)** | **{overall:.0f}** | | | | | | |")
+        print()
+        print("| measurement | value | target |")
+        print("|---|---:|---:|")
+        print(f"| one process, all configurations | {overall:.0f} problems/s | >= {TARGET_PER_PROCESS:.0f} |")
+    if "pool" in parts:
+        n_pool = args.pool_per_config * len(ALL_CONFIGURATIONS)
+        pool_rate = n_pool / pool_seconds
+        full_minutes = FULL_SET / pool_rate / 60
+        if rows is None:
+            print("\n| measurement | value | target |")
+            print("|---|---:|---:|")
+        print(f"| {args.workers} workers, {n_pool} problems (wall, incl. start-up) | {pool_rate:.0f} problems/s | |")
+        print(f"| full 70,000-problem set, {args.workers} workers (extrapolated) | {full_minutes:.1f} min | "
+              f"<= {TARGET_FULL_SET_MIN:.0f} min |")
+    if regime_rows is not None:
+        print(f"\n## Regimes vs plain I-RAVEN (balanced, one process, CPU time, best of {args.repeats} rounds; "
+              "splits 6/2/2)\n")
+        print(f"| regime | generation problems/s ({args.regime_sample_per_config}/config) | ratio | "
+              f"end to end problems/s ({args.regime_per_config}/config) | ratio | >= {TARGET_REGIME_RATIO}x |")
+        print("|---|---:|---:|---:|---:|:---:|")
+        for r in regime_rows:
+            tier = " (primary)" if r["regime"] in PRIMARY_REGIMES else ""
+            ok = "yes" if min(r["sample_ratio"], r["ratio"]) >= TARGET_REGIME_RATIO else "**no**"
+            print(f"| {r['regime']}{tier} | {r['sample_rate']:.0f} | {r['sample_ratio']:.2f} | {r['rate']:.0f} | "
+                  f"{r['ratio']:.2f} | {ok} |")
     return 0
 
 

@@ -7,6 +7,11 @@ problem depends only on ``(seed, configuration, k)`` -- not on how many problems
 Other deliberate deviations are listed in the module docstrings of ``sampling``, ``rows`` and
 ``candidates`` (notably: candidate sets with two render-identical candidates are redrawn).
 
+Regimes (``regimes.py``, docs/generator.md "Generalisation regimes"): ``regime`` (a ``Regime``, a name of
+``regimes.REGIMES`` such as ``"A/Color"``, or None = plain I-RAVEN) and the problem's ``split`` only change
+the rule tables; rows, candidates and rendering are I-RAVEN's. Plain I-RAVEN problems do not depend on
+``split`` and are bit-identical to those made before regimes existed.
+
 Example::
 
     from rpm_lib.generator.api import generate_problems
@@ -21,6 +26,7 @@ import numpy as np
 
 from rpm_lib.generator.candidates import make_candidates
 from rpm_lib.generator.problem import Problem
+from rpm_lib.generator.regimes import Regime, check_split, check_supported, resolve_regime, split_of
 from rpm_lib.generator.rows import generate_matrix
 from rpm_lib.generator.sampling import RandomStream, sample_rules
 from rpm_lib.rules import CONFIGURATIONS
@@ -44,19 +50,30 @@ def problem_rng(seed: int, configuration: str, index: int) -> np.random.Generato
     return np.random.default_rng(np.random.SeedSequence([seed, CONFIGURATIONS.index(configuration), index]))
 
 
-def generate_problem(configuration: str, rng: np.random.Generator, mode: str = "balanced") -> Problem:
+def generate_problem(
+    configuration: str,
+    rng: np.random.Generator,
+    mode: str = "balanced",
+    regime: "Regime | str | None" = None,
+    split: str = "train",
+) -> Problem:
     """Generate one problem (8 context panels, 8 candidates, rules) from ``rng``.
 
     Args:
         configuration: one of ``rpm_lib.rules.CONFIGURATIONS`` (folder names, e.g. ``"center_single"``).
         rng: the only source of randomness used.
         mode: ``"balanced"`` (I-RAVEN, fills ``Problem.modified``) or ``"original"`` (RAVEN).
+        regime: a ``regimes.Regime``, a registered name (``"A/Color"``, ...) or None (plain I-RAVEN).
+        split: ``"train"``, ``"val"`` (both train-like) or ``"test"`` (out of distribution); it selects the
+            held-out groups' rules and changes nothing in plain I-RAVEN.
+
+    Raises ``NotImplementedError`` for a Mesh regime (not implemented yet).
     """
     _check_configuration(configuration)
     if mode not in MODES:
         raise ValueError(f"unknown candidate mode {mode!r}; expected one of {MODES}")
     s = RandomStream.of(rng)
-    rules, ranges = sample_rules(configuration, s)
+    rules, ranges = sample_rules(configuration, s, regime, split)
     panels = generate_matrix(configuration, rules, ranges, s)
     candidates, target, modified = make_candidates(mode, rules, ranges, panels[8], s)
     return Problem(
@@ -77,19 +94,35 @@ def generate_problems(
     mode: str = "balanced",
     start: int = 0,
     render: bool = False,
+    regime: "Regime | str | None" = None,
+    split: str | None = None,
+    val: int = 2,
+    test: int = 2,
 ) -> Iterator[Problem]:
     """Yield problems ``start .. start + count - 1`` of ``configuration``; problem k uses
-    ``problem_rng(seed, configuration, k)`` and carries ``problem.extra["index"] = k``. ``render=True``
-    attaches ``problem.extra["image"]``, the ``uint8 (16, 160, 160)`` panels from ``render.render_problem``."""
+    ``problem_rng(seed, configuration, k)`` and carries ``problem.extra["index"] = k`` and
+    ``problem.extra["split"]``. ``render=True`` attaches ``problem.extra["image"]``, the
+    ``uint8 (16, 160, 160)`` panels from ``render.render_problem``.
+
+    ``split=None`` gives problem k the split the writer files it under, ``regimes.split_of(k, val, test)``
+    (``val``/``test`` in tenths, default 2/2: k % 10 in 0-5 train, 6-7 val, 8-9 test); a split name gives
+    every problem that split. ``regime`` as in :func:`generate_problem`."""
     _check_configuration(configuration)
     if count < 0 or start < 0:
         raise ValueError(f"count and start must be non-negative, got count={count}, start={start}")
+    regime = resolve_regime(regime)
+    check_supported(regime)
+    if split is not None:
+        check_split(split)
+    split_of(0, val, test)  # checks val and test before the first problem
     render_problem = None
     if render:
         from rpm_lib.generator.render import render_problem  # lazy: OpenCV only when pixels are wanted
     for k in range(start, start + count):
-        problem = generate_problem(configuration, problem_rng(seed, configuration, k), mode)
+        problem_split = split if split is not None else split_of(k, val, test)
+        problem = generate_problem(configuration, problem_rng(seed, configuration, k), mode, regime, problem_split)
         problem.extra["index"] = k
+        problem.extra["split"] = problem_split
         if render_problem is not None:
             problem.extra["image"] = render_problem(problem)
         yield problem

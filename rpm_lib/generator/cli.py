@@ -1,9 +1,16 @@
-"""``rpm-generate``: write an I-RAVEN (balanced) or RAVEN (original) data set in the released layout.
+"""``rpm-generate``: write an I-RAVEN (balanced) or RAVEN (original) data set in the released layout, optionally
+in a generalisation regime (Attributeless-I-RAVEN; docs/generator.md, "Generalisation regimes").
 
 Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
 
     rpm-generate --out data/i-raven --num-per-config 10000 --configurations all --seed 1234 \\
         --mode balanced --workers 2
+
+    rpm-generate --out data/a-color --regime A/Color              # train/val: Color Constant; test: not
+    rpm-generate --out data/a-color-ood --regime A/Color --val 0 --test 10   # an all-test folder
+    rpm-generate --out data/custom --held-out size:Progression --held-out type
+
+Every error is one line on stderr with exit status 2 (bad options, nothing written) or 1 (the write failed).
 """
 from __future__ import annotations
 
@@ -13,13 +20,30 @@ import time
 from typing import Sequence
 
 from rpm_lib.folder_lock import NotEnoughSpaceError, output_folder_problem
-from rpm_lib.generator.writer import write_dataset
+from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, check_supported, \
+    regime_from_options
+from rpm_lib.generator.writer import REGIME_FILE, write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
+def _regime_lines() -> str:
+    width = max(len(name) for name in REGIMES)
+    lines = []
+    for name, regime in REGIMES.items():
+        tier = " [primary]" if name in PRIMARY_REGIMES else ""
+        lines.append(f"  {name:<{width}}  {regime.description}{tier}")
+    return "\n".join(lines)
+
+
 _EPILOG = f"""\
-output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k % 10:
-0-5 train, 6-7 val, 8-9 test. Keys: image (16,160,160) uint8, target, predict (= target), meta_matrix
-(8,9), meta_target (9), structure, meta_structure (21).
+output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k % 10 in tenths:
+the first 10-val-test remainders train, then val, then test (default --val 2 --test 2: 0-5 train,
+6-7 val, 8-9 test). Keys: image (16,160,160) uint8, target, predict (= target), meta_matrix (8,9) (also
+in every regime), meta_target (9), structure, meta_structure (21). <out>/{REGIME_FILE} names the regime.
+
+regimes (--regime NAME; train and val share the train rules, only test is out of distribution):
+{_regime_lines()}
+--held-out ATTR[:RULE] builds another regime: ATTR position|number (one group), type, size, color;
+RULE Constant (default), Progression, Arithmetic, Distribute_Three (no Arithmetic on type).
 
 Resumable: finished problems are skipped, so rerun the same command after an interruption. Files are
 written under a temporary name and renamed into place (.npz first, .xml last).
@@ -30,8 +54,15 @@ configurations: {", ".join(CONFIGURATIONS)}
 """
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Errors as one line on stderr (no usage block), exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="rpm-generate",
         description="Generate RAVEN-style problems (I-RAVEN balanced candidates by default) as .npz + .xml files.",
         epilog=_EPILOG,
@@ -50,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="first problem index k (default: 0); generates k = start .. start+N-1")
     parser.add_argument("--no-xml", action="store_true", help="write only the .npz files (no .xml annotations; a few %% faster, 8 %% less disk)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--regime", choices=list(REGIMES), default=None, metavar="NAME",
+                        help="generalisation regime (listed below; default: plain I-RAVEN)")
+    parser.add_argument("--held-out", action="append", default=None, metavar="ATTR[:RULE]",
+                        help="hold out a rule group with a train rule (repeatable; instead of --regime)")
+    parser.add_argument("--mesh", action="store_true", help="add the I-RAVEN-Mesh component (not implemented yet)")
+    parser.add_argument("--val", type=int, default=2, metavar="N",
+                        help="tenths of the problems filed as val (default 2)")
+    parser.add_argument("--test", type=int, default=2, metavar="N",
+                        help="tenths of the problems filed as test (default 2; --val 0 --test 10: all test)")
     return parser
 
 
@@ -72,6 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         configurations = resolve_configurations(args.configurations)
     except ValueError as error:
         parser.error(f"--configurations: {error}")
+    try:
+        check_split_proportions(args.val, args.test)
+    except ValueError as error:
+        parser.error(f"--val/--test: {error}")
+    try:
+        regime = regime_from_options(args.regime, args.held_out, args.mesh)
+        check_supported(regime)
+    except (ValueError, NotImplementedError) as error:
+        parser.error(str(error))
     began = time.perf_counter()
     try:
         summary = write_dataset(
@@ -84,6 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_xml=not args.no_xml,
             start=args.start,
             progress=not args.quiet,
+            regime=regime,
+            val=args.val,
+            test=args.test,
         )
     except RuntimeError as error:
         print(f"rpm-generate: error: {error}", file=sys.stderr)
@@ -98,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = time.perf_counter() - began
     rate = summary["written"] / seconds if seconds > 0 else 0.0
     print(
-        f"rpm-generate: {summary['total']} problems in {args.out} "
+        f"rpm-generate: {summary['total']} {regime.name} problems in {args.out} "
         f"({summary['written']} written, {summary['skipped']} already complete) "
         f"in {seconds:.1f} s ({rate:.1f} problems/s)"
     )

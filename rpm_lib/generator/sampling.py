@@ -9,6 +9,14 @@ is: independently per (component, group), the menu weight ``1/len(entries) * 1/l
 feasible entries and renormalised. :func:`rule_table` derives exactly that table from the pruning rules
 (:func:`prune_range`, docs/generator.md "Pruning table") -- no rejection loop at sampling time.
 
+Generalisation regimes (``regimes.py``, docs/generator.md "Generalisation regimes"): a held-out rule group
+draws from a *restricted* menu (``regimes.restricted_menu``: the entries of the train rule, or of every other
+rule) with the same weights ``1/len(restricted) * 1/len(params)``, the same pruning and the same
+renormalisation (:func:`regime_rule_table`). The draw consumes exactly one uniform per (component, group) in
+every regime, and plain I-RAVEN (``regime=None``) uses the very tables of :func:`rule_table`, so its draws are
+bit-identical to those of the I-RAVEN-only sampler. A restricted menu without a feasible option raises
+:class:`RegimeInfeasibleError` (the reference generator loops forever there).
+
 Deliberate deviation: the reference consumes numpy's legacy global RNG in a particular call order; here every
 draw comes from the caller's ``np.random.Generator`` through :class:`RandomStream` (blocks of uniform floats
 turned into integers), so outputs are distribution-identical, not bit-identical, to the reference files.
@@ -23,6 +31,8 @@ import numpy as np
 
 from rpm_lib.generator.constants import CONFIG_SPECS, LAYOUTS, RULE_MENU, LayoutSpec
 from rpm_lib.generator.problem import Rule
+from rpm_lib.generator.regimes import Regime, check_supported, is_test_split, resolve_regime, restricted_menu
+from rpm_lib.rules import RULE_GROUPS
 
 __all__ = [
     "RandomStream",
@@ -31,6 +41,8 @@ __all__ = [
     "prune_range",
     "pruned_ranges",
     "rule_table",
+    "regime_rule_table",
+    "RegimeInfeasibleError",
     "sample_rules",
 ]
 
@@ -165,21 +177,22 @@ def prune_range(name: str, attr: str, value: int, low: int, high: int) -> tuple[
 _GROUP_RANGE_FIELD = ("number", "type", "size", "color")
 
 
-@lru_cache(maxsize=None)
-def rule_table(layout_name: str, group: int) -> tuple[RuleOption, ...]:
-    """The conditional distribution of rule group ``group`` (0 N/P, 1 Type, 2 Size, 3 Color) on a layout.
+MenuEntry = tuple[str, str, tuple[int, ...]]
 
-    Exact probabilities (``Fraction``), derived from the menu (``constants.RULE_MENU``) and
-    :func:`prune_range`: infeasible options are dropped and the rest renormalised.
-    """
-    if layout_name not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout_name!r}; expected one of {sorted(LAYOUTS)}")
+
+class RegimeInfeasibleError(ValueError):
+    """A (configuration, component, rule group, split) whose restricted rule menu has no feasible option."""
+
+
+@lru_cache(maxsize=None)
+def _menu_table(layout_name: str, group: int, entries: tuple[MenuEntry, ...]) -> tuple[RuleOption, ...]:
+    """The conditional table of menu ``entries`` of ``group`` on a layout: entry weight ``1/len(entries)``, then
+    ``1/len(params)``; infeasible options dropped, the rest renormalised. Empty when nothing is feasible."""
     spec = LAYOUTS[layout_name]
     low, high = getattr(spec, _GROUP_RANGE_FIELD[group])
-    menu = RULE_MENU[group]
     options: list[tuple[str, str, int, Fraction, tuple[int, int]]] = []
-    for name, attr, params in menu:
-        weight = Fraction(1, len(menu))
+    for name, attr, params in entries:
+        weight = Fraction(1, len(entries))
         for value in params or (0,):
             start = prune_range(name, attr, value, low, high)
             if start[0] <= start[1]:
@@ -189,14 +202,92 @@ def rule_table(layout_name: str, group: int) -> tuple[RuleOption, ...]:
 
 
 @lru_cache(maxsize=None)
-def _cumulative(layout_name: str, group: int) -> tuple[tuple[float, ...], tuple[RuleOption, ...]]:
-    table = rule_table(layout_name, group)
+def rule_table(layout_name: str, group: int) -> tuple[RuleOption, ...]:
+    """The conditional distribution of rule group ``group`` (0 N/P, 1 Type, 2 Size, 3 Color) on a layout.
+
+    Exact probabilities (``Fraction``), derived from the menu (``constants.RULE_MENU``) and
+    :func:`prune_range`: infeasible options are dropped and the rest renormalised. This is plain I-RAVEN's
+    table; :func:`regime_rule_table` is the regime-aware one.
+    """
+    if layout_name not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout_name!r}; expected one of {sorted(LAYOUTS)}")
+    return _menu_table(layout_name, group, RULE_MENU[group])
+
+
+def _cumulative_of(table: tuple[RuleOption, ...]) -> tuple[float, ...]:
     bounds, acc = [], Fraction(0)
     for option in table:
         acc += option.probability
         bounds.append(float(acc))
     bounds[-1] = 2.0  # guard against float rounding at the top end
-    return tuple(bounds), table
+    return tuple(bounds)
+
+
+@lru_cache(maxsize=None)
+def _cumulative(layout_name: str, group: int) -> tuple[tuple[float, ...], tuple[RuleOption, ...]]:
+    table = rule_table(layout_name, group)
+    return _cumulative_of(table), table
+
+
+@lru_cache(maxsize=None)
+def _held_out_table(configuration: str, component: int, group: int, is_test: bool,
+                    held_out: tuple[tuple[int, str], ...]) -> tuple[RuleOption, ...]:
+    # Keyed by the split *kind* and the held-out pairs (not the regime's name): "train" and "val" share
+    # their tables, and regimes with equal held-out groups share theirs.
+    layout_name = CONFIG_SPECS[configuration].components[component][1]
+    split = "test" if is_test else "train"
+    entries = restricted_menu(configuration, component, group, split, Regime("held-out", held_out))
+    table = _menu_table(layout_name, group, entries) if entries else ()
+    if not table:
+        held = ", ".join(f"{RULE_GROUPS[g]}: {r}" for g, r in held_out)
+        kind = "test split" if is_test else "train and val splits"
+        raise RegimeInfeasibleError(
+            f"no feasible rule for {configuration} component {component} ({layout_name}), group {group} "
+            f"({RULE_GROUPS[group]}), in the {kind} with held out {{{held}}}: the restricted menu "
+            f"{[e[0] + ' ' + e[1] for e in entries]} cannot be executed on this layout")
+    return table
+
+
+def regime_rule_table(configuration: str, component: int, group: int, split: str = "train",
+                      regime: "Regime | str | None" = None) -> tuple[RuleOption, ...]:
+    """The conditional distribution of rule group ``group`` of ``component`` of ``configuration`` in ``split``
+    under ``regime`` (a :class:`~rpm_lib.generator.regimes.Regime`, a registered name, or None = I-RAVEN).
+
+    Exact ``Fraction`` probabilities: the entries of ``regimes.restricted_menu`` with the menu weights, pruned
+    and renormalised like :func:`rule_table` (which it returns unchanged for a group that is not held out).
+    Raises :class:`RegimeInfeasibleError` (naming configuration, component, group and split) when no option is
+    feasible, ``ValueError`` for unknown arguments.
+    """
+    regime = resolve_regime(regime)
+    if configuration not in CONFIG_SPECS:
+        raise ValueError(f"unknown configuration {configuration!r}; expected one of {list(CONFIG_SPECS)}")
+    components = CONFIG_SPECS[configuration].components
+    if isinstance(component, bool) or not isinstance(component, int) or not 0 <= component < len(components):
+        raise ValueError(f"component of {configuration} must be 0..{len(components) - 1}, got {component!r}")
+    if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < len(RULE_MENU):
+        raise ValueError(f"group must be 0..3 (Number/Position, Type, Size, Color), got {group!r}")
+    is_test = is_test_split(split)
+    if group not in regime.held_out_rules:
+        return rule_table(components[component][1], group)
+    return _held_out_table(configuration, component, group, is_test, regime.held_out)
+
+
+@lru_cache(maxsize=None)
+def _sampling_plan(configuration: str, is_test: bool, held_out: tuple[tuple[int, str], ...]):
+    """Per component: (layout, ((cumulative bounds, table) for the 4 groups)). With nothing held out these
+    are exactly the tables (and floats) of :func:`rule_table`, hence bit-identical draws."""
+    held = dict(held_out)
+    plan = []
+    for component, (_, layout_name) in enumerate(CONFIG_SPECS[configuration].components):
+        groups = []
+        for group in range(4):
+            if group in held:
+                table = _held_out_table(configuration, component, group, is_test, held_out)
+                groups.append((_cumulative_of(table), table))
+            else:
+                groups.append(_cumulative(layout_name, group))
+        plan.append((layout_name, tuple(groups)))
+    return tuple(plan)
 
 
 def pruned_ranges(layout_name: str, rules: list[Rule]) -> ComponentRanges:
@@ -212,22 +303,31 @@ def pruned_ranges(layout_name: str, rules: list[Rule]) -> ComponentRanges:
 
 
 def sample_rules(
-    configuration: str, rng: "np.random.Generator | RandomStream"
+    configuration: str,
+    rng: "np.random.Generator | RandomStream",
+    regime: "Regime | str | None" = None,
+    split: str = "train",
 ) -> tuple[list[Rule], list[ComponentRanges]]:
     """Sample the 4 rules of every component of ``configuration`` and their pruned first-panel ranges.
 
-    Returns ``(rules, ranges)``: ``rules`` ordered (component, group N/P, Type, Size, Color), ``ranges``
-    one :class:`ComponentRanges` per component.
+    ``regime`` (a ``Regime``, a registered name, or None = plain I-RAVEN) and ``split`` (``"train"``,
+    ``"val"`` or ``"test"``; only train-like vs test matters) select the tables (:func:`regime_rule_table`).
+    One uniform is consumed per (component, group) whatever the regime; with plain I-RAVEN the draws do not
+    depend on ``split``. Returns ``(rules, ranges)``: ``rules`` ordered (component, group N/P, Type, Size,
+    Color), ``ranges`` one :class:`ComponentRanges` per component. Raises ``NotImplementedError`` for a Mesh
+    regime (not implemented yet), :class:`RegimeInfeasibleError` when a restricted menu has no feasible option.
     """
     if configuration not in CONFIG_SPECS:
         raise ValueError(f"unknown configuration {configuration!r}; expected one of {list(CONFIG_SPECS)}")
+    regime = resolve_regime(regime)
+    check_supported(regime)
+    plan = _sampling_plan(configuration, is_test_split(split), regime.held_out)
     stream = RandomStream.of(rng)
     rules: list[Rule] = []
     ranges: list[ComponentRanges] = []
-    for component, (_, layout_name) in enumerate(CONFIG_SPECS[configuration].components):
+    for component, (layout_name, groups) in enumerate(plan):
         starts = []
-        for group in range(4):
-            bounds, table = _cumulative(layout_name, group)
+        for bounds, table in groups:
             u = stream.random()
             k = 0
             while u >= bounds[k]:

@@ -1,18 +1,26 @@
 """Writing generated problems to disk in the released RAVEN / I-RAVEN layout (docs/data-formats.md).
 
-``<root>/<configuration>/RAVEN_<k>_<split>.npz`` (+ ``.xml``), split by ``k % 10``: 0-5 train, 6-7 val,
-8-9 test. The .npz holds ``target, predict, image, meta_matrix, meta_structure, meta_target, structure``
-(the reference's key order) in ``np.savez``'s uncompressed format. Two deliberate differences from
-``np.savez``: the zip entries carry a fixed timestamp (1980-01-01) so that equal problems give
-byte-identical files, and ``predict`` is ``target`` (the reference generators' heuristic solver chose the
-target in all 2,240 problems checked, so the solver is not re-implemented; docs/generator.md, "Deliberate
-differences from the reference generators").
+``<root>/<configuration>/RAVEN_<k>_<split>.npz`` (+ ``.xml``), split by ``k % 10`` in tenths
+(``regimes.split_of``; ``val``/``test`` default 2/2: 0-5 train, 6-7 val, 8-9 test). The .npz holds
+``target, predict, image, meta_matrix, meta_structure, meta_target, structure`` (the reference's key order)
+in ``np.savez``'s uncompressed format. Two deliberate differences from ``np.savez``: the zip entries carry
+a fixed timestamp (1980-01-01) so that equal problems give byte-identical files, and ``predict`` is
+``target`` (the reference generators' heuristic solver chose the target in all 2,240 problems checked, so
+the solver is not re-implemented; docs/generator.md, "Deliberate differences from the reference
+generators").
 
 Crash safety and resuming: each file is written to a hidden temporary name in the same folder and
 moved into place with ``os.replace`` - the .npz first, the .xml last - so a file under its final name
 is always complete and "the .xml exists" means the problem is finished. A problem is considered done
 when its .npz has exactly the expected size and (unless ``write_xml=False``) its .xml ends with
 ``</Data>``; everything else is regenerated (deterministically, to the same bytes).
+
+Regimes (docs/generator.md, "Generalisation regimes"): ``write_dataset(..., regime=, val=, test=)`` gives each
+problem the split it is filed under, so a held-out group follows the train rule in ``_train``/``_val`` files
+and another rule in ``_test`` files. The file format stays I-RAVEN's (8-row ``meta_matrix``) for every
+Attributeless regime -- a deliberate difference from raven-datasets, whose files always have 12 rows. The
+regime is recorded in ``regime.json`` (:data:`REGIME_FILE`) and, with seed, mode and split proportions, in
+``generator.json`` (:data:`SETTINGS_FILE`), which refuses a resumed write with other settings.
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ from rpm_lib.folder_lock import check_free_space, exclusive_writer
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.labels import problem_labels, structure
 from rpm_lib.generator.problem import Problem
+from rpm_lib.generator.regimes import Regime, check_supported, resolve_regime, split_of
 from rpm_lib.generator.render import render_problem
 from rpm_lib.generator.xml_io import problem_xml
 from rpm_lib.rules import resolve_configurations
@@ -41,17 +50,13 @@ _TEMP_PREFIX = ".RAVEN_"
 _TEMP_SUFFIX = ".tmp"
 
 
-def split_of(index: int) -> str:
-    """The split of problem ``index``: ``"train"`` (k % 10 in 0..5), ``"val"`` (6, 7) or ``"test"`` (8, 9)."""
-    if index < 0:
-        raise ValueError(f"problem index must be >= 0, got {index}")
-    remainder = index % 10
-    return "train" if remainder < 6 else "val" if remainder < 8 else "test"
+# ``split_of(index, val=2, test=2)`` is defined in ``regimes`` (the generator needs it too) and re-exported here.
 
 
-def problem_stem(root: str | os.PathLike, configuration: str, index: int) -> Path:
-    """``<root>/<configuration>/RAVEN_<index>_<split>`` (add ``.npz`` / ``.xml``)."""
-    return Path(root) / configuration / f"RAVEN_{index}_{split_of(index)}"
+def problem_stem(root: str | os.PathLike, configuration: str, index: int, val: int = 2, test: int = 2) -> Path:
+    """``<root>/<configuration>/RAVEN_<index>_<split>`` (add ``.npz`` / ``.xml``); split ``split_of(index, val,
+    test)``."""
+    return Path(root) / configuration / f"RAVEN_{index}_{split_of(index, val, test)}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -241,6 +246,9 @@ class WriteJob:
     seed: int
     mode: str
     write_xml: bool
+    regime: Regime | None = None
+    val: int = 2
+    test: int = 2
 
 
 def pending_chunks(
@@ -250,6 +258,8 @@ def pending_chunks(
     start: int = 0,
     write_xml: bool = True,
     chunk_size: int = 25,
+    val: int = 2,
+    test: int = 2,
 ) -> tuple[list[Chunk], int]:
     """The chunks of not-yet-complete problems ``start .. start + count - 1`` and how many are done."""
     chunks: list[Chunk] = []
@@ -257,7 +267,7 @@ def pending_chunks(
     for configuration in configurations:
         run: list[int] = []
         for index in range(start, start + count):
-            if is_complete(problem_stem(root, configuration, index), configuration, write_xml):
+            if is_complete(problem_stem(root, configuration, index, val, test), configuration, write_xml):
                 done += 1
                 continue
             if run and (index != run[-1] + 1 or len(run) >= chunk_size):
@@ -272,10 +282,12 @@ def pending_chunks(
 def write_chunk(job: WriteJob, chunk: Chunk) -> int:
     """Generate and write every problem of ``chunk`` (skipping complete ones); returns the chunk length."""
     for index in range(chunk.start, chunk.stop):
-        stem = problem_stem(job.root, chunk.configuration, index)
+        stem = problem_stem(job.root, chunk.configuration, index, job.val, job.test)
         if is_complete(stem, chunk.configuration, job.write_xml):
             continue
-        problem = generate_problem(chunk.configuration, problem_rng(job.seed, chunk.configuration, index), mode=job.mode)
+        rng = problem_rng(job.seed, chunk.configuration, index)
+        problem = generate_problem(chunk.configuration, rng, mode=job.mode, regime=job.regime,
+                                   split=split_of(index, job.val, job.test))
         write_problem(problem, stem, write_xml=job.write_xml)
     return chunk.stop - chunk.start
 
@@ -314,71 +326,111 @@ def write_dataset(
     start: int = 0,
     progress: bool = True,
     chunk_size: int = 25,
+    regime: "Regime | str | None" = None,
+    val: int = 2,
+    test: int = 2,
 ) -> dict[str, int]:
     """Generate problems ``start .. start + count - 1`` of each configuration into ``root`` (resumable).
 
-    Problem ``k`` of configuration ``c`` is ``generate_problem(c, problem_rng(seed, c, k), mode)``, so the
-    bytes written do not depend on ``workers`` or on interruptions. ``workers > 1`` uses a spawn-started
-    process pool over chunks of ``chunk_size`` consecutive problems. Returns
+    Problem ``k`` of configuration ``c`` is ``generate_problem(c, problem_rng(seed, c, k), mode, regime,
+    split_of(k, val, test))`` written as ``RAVEN_<k>_<split>``, so the bytes written do not depend on
+    ``workers`` or on interruptions. ``regime``: a ``regimes.Regime``, a registered name or None (plain
+    I-RAVEN); ``val``/``test``: tenths of the indices filed as val / test (``val=0, test=10``: an all-test
+    folder). ``workers > 1`` uses a spawn-started process pool over chunks of ``chunk_size`` consecutive
+    problems. Writes ``generator.json`` and ``regime.json`` into ``root``. Returns
     ``{"total": ..., "skipped": ..., "written": ...}``.
     """
     if mode not in ("balanced", "original"):
         raise ValueError(f"mode must be 'balanced' or 'original', got {mode!r}")
     if count < 0 or start < 0:
         raise ValueError(f"count and start must be >= 0, got count={count}, start={start}")
+    regime = resolve_regime(regime)
+    check_supported(regime)
+    split_of(0, val, test)  # checks the split proportions
     names = resolve_configurations(configurations)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     with exclusive_writer(root / LOCK_FILE, "rpm-generate"):
-        return _write_locked(root, names, count, seed, mode, workers, write_xml, start, progress, chunk_size)
+        return _write_locked(root, names, count, seed, mode, workers, write_xml, start, progress, chunk_size,
+                             regime, val, test)
 
 
-#: Written into a generated folder: the settings its problems were made with (seed, mode, generator version).
+#: Written into a generated folder: the settings its problems were made with (seed, mode, regime, split
+#: proportions, generator version).
 SETTINGS_FILE = "generator.json"
+#: Written into a generated folder: its regime, for people and loaders (``regime_record`` gives the content).
+REGIME_FILE = "regime.json"
 #: The write lock of a generated folder (see rpm_lib.folder_lock).
 LOCK_FILE = ".rpm-generate.lock"
 
+# What a settings record written before regimes existed means for the keys it lacks: such a generator could
+# only write plain I-RAVEN with the 6/2/2 split.
+_SETTINGS_BEFORE_REGIMES = {"regime": "I-RAVEN", "held_out": {}, "mesh": False, "val": 2, "test": 2}
 
-def _check_settings(root: Path, seed: int, mode: str) -> None:
-    """Refuse to add problems of other settings to a folder; record the settings in a new one."""
+
+def regime_record(regime: Regime, seed: int, mode: str, val: int, test: int) -> dict:
+    """The content of ``regime.json``: regime name, one-line description, held-out groups by name with their
+    train rules (``{"Color": "Constant"}``), mesh flag, seed, candidate mode, val / test tenths, generator
+    and version."""
     import rpm_lib
 
+    return {**regime.to_json(), "seed": int(seed), "mode": mode, "val": val, "test": test,
+            "train": 10 - val - test, "generator": "rpm_lib", "version": rpm_lib.__version__}
+
+
+def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = None, val: int = 2,
+                    test: int = 2) -> None:
+    """Refuse to add problems of other settings to a folder; record the settings (and ``regime.json``) in a new one."""
+    import rpm_lib
+
+    regime = resolve_regime(regime)
     record = root / SETTINGS_FILE
-    wanted = {"seed": int(seed), "mode": mode}
+    described = regime.to_json()
+    wanted = {"seed": int(seed), "mode": mode, "regime": regime.name, "held_out": described["held_out"],
+              "mesh": regime.mesh, "val": val, "test": test}
     if record.is_file():
         try:
             found = json.loads(record.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise GeneratorSettingsError(f"{record}: unreadable ({error})") from None
+        if not isinstance(found, dict):
+            raise GeneratorSettingsError(f"{record}: unreadable (not a JSON object)")
+        found = {**_SETTINGS_BEFORE_REGIMES, **found}
         differ = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
         if differ:
             said = ", ".join(f"{k} {old!r} there, {new!r} asked" for k, (old, new) in differ.items())
             raise GeneratorSettingsError(f"{root}: holds problems generated with other settings ({said}); use the "
                                          "same settings to extend it, or another --out")
+        if not (root / REGIME_FILE).is_file():  # a folder of an rpm_lib from before regime.json
+            _atomic_write(root / REGIME_FILE, lambda handle: handle.write(
+                (json.dumps(regime_record(regime, seed, mode, val, test), indent=1) + "\n").encode()))
         return
     if any(root.glob("*/RAVEN_*_*.npz")):
         print(f"rpm-generate: note: {root} has problems but no {SETTINGS_FILE} (made by an older rpm_lib); their "
-              "seed and mode cannot be checked", file=sys.stderr)
+              f"seed and mode cannot be checked, and no {REGIME_FILE} is written", file=sys.stderr)
         return
+    _atomic_write(root / REGIME_FILE, lambda handle: handle.write(
+        (json.dumps(regime_record(regime, seed, mode, val, test), indent=1) + "\n").encode()))
     record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__}, indent=1) + "\n")
 
 
 class GeneratorSettingsError(RuntimeError):
-    """The output folder holds problems of another seed or mode (or an unreadable settings record)."""
+    """The output folder holds problems of another seed, mode, regime or split (or an unreadable settings record)."""
 
 
 def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str, workers: int, write_xml: bool,
-                  start: int, progress: bool, chunk_size: int) -> dict[str, int]:
-    chunks, done = pending_chunks(root, names, count, start, write_xml, chunk_size)
+                  start: int, progress: bool, chunk_size: int, regime: Regime, val: int,
+                  test: int) -> dict[str, int]:
+    chunks, done = pending_chunks(root, names, count, start, write_xml, chunk_size, val, test)
     # .npz sizes are exact (uncompressed); an .xml adds well under 10 % of its .npz.
     needed = sum((c.stop - c.start) * expected_npz_size(c.configuration) for c in chunks)
     check_free_space(root, int(needed * (1.1 if write_xml else 1.0)), "rpm-generate")
-    _check_settings(root, seed, mode)
+    _check_settings(root, seed, mode, regime, val, test)
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(root / name)
     total = count * len(names)
-    job = WriteJob(str(root), seed, mode, write_xml)
+    job = WriteJob(str(root), seed, mode, write_xml, regime, val, test)
     bar = None
     if progress and chunks:  # nothing to write: no bar
         from tqdm.auto import tqdm

@@ -12,9 +12,14 @@ def test_help_lists_every_option_and_the_layout(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--out", "--num-per-config", "--configurations", "--seed", "--mode", "--workers", "--no-xml"):
+    for option in ("--out", "--num-per-config", "--configurations", "--seed", "--mode", "--workers", "--no-xml",
+                   "--regime", "--held-out", "--mesh", "--val", "--test"):
         assert option in text
     assert "RAVEN_<k>_<split>.npz" in text and "Resumable" in text
+    from rpm_lib.generator.regimes import REGIMES
+
+    for name, regime in REGIMES.items():  # one line per regime, with its description
+        assert any(line.split()[:1] == [name] and regime.description in line for line in text.splitlines()), name
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -88,3 +93,46 @@ def test_out_must_be_a_writable_folder(capsys, tmp_path):
         with pytest.raises(SystemExit) as exit_info:
             cli.main(["--out", str(out), "--num-per-config", "1"])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--held-out", "type:Arithmetic"], "--held-out type:Arithmetic: there is no Arithmetic on Type"),
+    (["--held-out", "shape"], "unknown attribute 'shape'"),
+    (["--held-out", "color", "--mesh"], "--mesh cannot be combined with --held-out"),
+    (["--regime", "A/Color", "--held-out", "size"], "--regime and --held-out exclude each other"),
+    (["--regime", "A/Colour"], "argument --regime: invalid choice: 'A/Colour'"),
+    (["--regime", "I-RAVEN-Mesh"], "I-RAVEN-Mesh component is not implemented yet"),
+    (["--mesh"], "I-RAVEN-Mesh component is not implemented yet"),
+    (["--val", "6", "--test", "5"], "--val/--test: val + test must be at most 10 tenths"),
+    (["--test", "-1"], "--val/--test: test must be a whole number of tenths >= 0"),
+])
+def test_regime_and_split_errors_are_one_line_and_create_nothing(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--out", "x", "--num-per-config", "1"] + argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == [], "nothing created"
+
+
+def test_regime_flags_reach_the_files(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "a"
+    assert cli.main(["--out", str(out), "--num-per-config", "2", "--configurations", "center_single",
+                     "--held-out", "color:progression", "--val", "0", "--test", "10", "--quiet"]) == 0
+    assert "2 A/Color-Progression problems" in capsys.readouterr().out
+    assert sorted(p.name for p in (out / "center_single").glob("*.npz")) == ["RAVEN_0_test.npz", "RAVEN_1_test.npz"]
+    record = json.loads((out / "regime.json").read_text())
+    assert (record["regime"], record["held_out"], record["val"], record["test"]) == (
+        "A/Color-Progression", {"Color": "Progression"}, 0, 10)
+    for k in range(2):
+        with np.load(out / "center_single" / f"RAVEN_{k}_test.npz") as data:
+            assert data["meta_matrix"][3, 1] == 0, "test split: Color is not governed by Progression"
+    # resuming with another regime is refused with one line (exit 1: the folder is fine, the request is not)
+    assert cli.main(["--out", str(out), "--num-per-config", "2", "--configurations", "center_single",
+                     "--regime", "A/Size", "--val", "0", "--test", "10", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "regime 'A/Color-Progression' there, 'A/Size' asked" in err and len(err.strip().splitlines()) == 1

@@ -29,6 +29,16 @@ def test_split_by_index_mod_10():
         writer.split_of(-1)
 
 
+def test_split_proportions_in_tenths():
+    assert [writer.split_of(k, val=0, test=10) for k in range(10)] == ["test"] * 10
+    assert [writer.split_of(k, val=0, test=0) for k in range(10)] == ["train"] * 10
+    assert [writer.split_of(k, val=1, test=3) for k in range(10)] == ["train"] * 6 + ["val"] + ["test"] * 3
+    assert writer.problem_stem("r", "center_single", 13, val=0, test=10).as_posix() == "r/center_single/RAVEN_13_test"
+    for val, test, message in [(6, 5, "at most 10 tenths"), (-1, 2, "val must be"), (2, 1.5, "test must be")]:
+        with pytest.raises(ValueError, match=message):
+            writer.split_of(0, val=val, test=test)
+
+
 def test_written_problem_matches_the_reference_file_format(iraven_reference, tmp_path):
     for source in sorted(iraven_reference.glob("*/RAVEN_0_train.xml")):
         problem = read_problem_xml(source)
