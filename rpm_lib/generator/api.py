@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from rpm_lib.generator.candidates import make_candidates
+from rpm_lib.generator.candidates import MODES, check_mode, make_candidates
 from rpm_lib.generator.problem import Problem
 from rpm_lib.generator.regimes import Regime, check_split, check_supported, resolve_regime, split_of
 from rpm_lib.generator.rows import generate_matrix
@@ -33,8 +33,6 @@ from rpm_lib.rules import CONFIGURATIONS
 
 __all__ = ["MODES", "problem_rng", "generate_problem", "generate_problems"]
 
-#: Candidate modes: ``"balanced"`` = I-RAVEN attribute bisection tree, ``"original"`` = RAVEN distractors.
-MODES: tuple[str, ...] = ("balanced", "original")
 
 
 def _check_configuration(configuration: str) -> None:
@@ -63,15 +61,15 @@ def generate_problem(
         configuration: one of ``rpm_lib.rules.CONFIGURATIONS`` (folder names, e.g. ``"center_single"``).
         rng: the only source of randomness used.
         mode: ``"balanced"`` (I-RAVEN, fills ``Problem.modified``) or ``"original"`` (RAVEN).
-        regime: a ``regimes.Regime``, a registered name (``"A/Color"``, ...) or None (plain I-RAVEN).
+        regime: a ``regimes.Regime``, a registered name (``"A/Color"``, ``"I-RAVEN-Mesh"``, ...) or None
+            (plain I-RAVEN). ``"I-RAVEN-Mesh"`` adds the Mesh component (docs/generator.md, "Mesh").
         split: ``"train"``, ``"val"`` (both train-like) or ``"test"`` (out of distribution); it selects the
             held-out groups' rules and changes nothing in plain I-RAVEN.
 
-    Raises ``NotImplementedError`` for a Mesh regime (not implemented yet).
+    Raises ``ValueError`` for ``mode="original"`` with a Mesh regime (RAVEN never had a Mesh).
     """
     _check_configuration(configuration)
-    if mode not in MODES:
-        raise ValueError(f"unknown candidate mode {mode!r}; expected one of {MODES}")
+    check_mode(mode, resolve_regime(regime).mesh)
     s = RandomStream.of(rng)
     rules, ranges = sample_rules(configuration, s, regime, split)
     panels = generate_matrix(configuration, rules, ranges, s)

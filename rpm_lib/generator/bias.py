@@ -9,6 +9,10 @@ by a seeded Generator). In RAVEN (``mode="original"``) every distractor changes 
 so the answer is the mode and the probe scores far above chance; in I-RAVEN (``mode="balanced"``) every
 value appears in exactly half of the candidates and the probe should score 1/8 up to sampling error.
 
+Mesh problems (docs/generator.md, "Mesh"): the Mesh is one more component, so its Number and Position (and
+its single-valued Type/Size/Color, the same for every candidate) enter the sums like any other component's;
+``--regime I-RAVEN-Mesh`` runs the probe on them (balanced mode only: RAVEN's candidates have no Mesh).
+
 Run: ``python -m rpm_lib.generator.bias --count 2000`` (problems per mode, spread round-robin over the 7
 configurations); prints both accuracies and the 99% binomial interval of chance.
 """
@@ -25,6 +29,7 @@ from scipy.stats import binom
 
 from rpm_lib.generator.api import MODES, generate_problem, problem_rng
 from rpm_lib.generator.problem import Panel
+from rpm_lib.generator.regimes import resolve_regime
 from rpm_lib.rules import CONFIGURATIONS
 
 __all__ = [
@@ -78,10 +83,12 @@ class ProbeResult:
 
 
 def run_probe(
-    mode: str, count: int, seed: int = 1234, configurations: Sequence[str] = CONFIGURATIONS
+    mode: str, count: int, seed: int = 1234, configurations: Sequence[str] = CONFIGURATIONS, regime=None
 ) -> ProbeResult:
     """Generate ``count`` problems (problem k: configuration ``k % len(configurations)``, index
-    ``k // len(configurations)``) and score the context-blind probe on them."""
+    ``k // len(configurations)``) and score the context-blind probe on them. ``regime``: as in
+    ``api.generate_problem`` (e.g. ``"I-RAVEN-Mesh"``; None = plain I-RAVEN / RAVEN); problems are drawn in
+    the train split."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
     if count <= 0:
@@ -90,7 +97,9 @@ def run_probe(
     result = ProbeResult(mode, 0, 0, {name: (0, 0) for name in configurations})
     for k in range(count):
         configuration = configurations[k % len(configurations)]
-        problem = generate_problem(configuration, problem_rng(seed, configuration, k // len(configurations)), mode)
+        rng = problem_rng(seed, configuration, k // len(configurations))
+        problem = generate_problem(configuration, rng, mode) if regime is None else \
+            generate_problem(configuration, rng, mode, regime=regime)
         hit = int(context_blind_choice(problem.candidates, tie_rng) == problem.target)
         result.correct += hit
         result.total += 1
@@ -115,13 +124,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--configuration", action="append", choices=CONFIGURATIONS,
         help="restrict to these configurations (repeatable; default all 7)",
     )
+    parser.add_argument("--regime", default=None,
+                        help="a generator regime, e.g. I-RAVEN-Mesh (default: plain I-RAVEN / RAVEN)")
     args = parser.parse_args(argv)
     configurations = tuple(args.configuration) if args.configuration else CONFIGURATIONS
     low, high = chance_interval(args.count)
-    print(f"context-blind probe, {args.count} problems per mode, seed {args.seed}")
+    print(f"context-blind probe, {args.count} problems per mode, seed {args.seed}"
+          + (f", regime {args.regime}" if args.regime else ""))
     print(f"chance 12.5%, 99% binomial interval [{100 * low:.2f}%, {100 * high:.2f}%]")
+    try:
+        mesh = resolve_regime(args.regime).mesh
+    except ValueError as error:
+        parser.error(f"--regime: {error}")
     for mode in MODES:
-        result = run_probe(mode, args.count, args.seed, configurations)
+        if mesh and mode == "original":
+            print(f"{mode:>9}: not defined for Mesh problems (skipped)")
+            continue
+        result = run_probe(mode, args.count, args.seed, configurations, args.regime)
         where = "within" if low <= result.accuracy <= high else ("above" if result.accuracy > high else "below")
         print(f"{mode:>9}: {100 * result.accuracy:6.2f}% ({result.correct}/{result.total}, {where} the chance interval)")
         for name, (right, seen) in result.per_configuration.items():

@@ -14,20 +14,30 @@ drawn jointly (RAVEN's Number distractor), because there the retry changes the l
 (squares of Size 0.6 and 0.7 in In_Distribute_Four, ``constants.RENDER_IDENTICAL_SIZES``): the reference
 generators do not, and then produce two identical images -- sometimes a distractor that looks exactly like
 the answer (about 2% of RAVEN and 0.3% of I-RAVEN in_distribute_four_out_center_single problems).
+
+Mesh problems (docs/generator.md, "Mesh"): the Mesh is one more component whose Number (levels 0..11) and
+Position (only with fewer than 12 lines) are modifiable; its Type/Size/Color have one value and never are.
+The balanced tree then takes a *quota*: when more than 3 attributes are modifiable, 1..(number of modifiable
+Mesh attributes) of the 3 perturbed ones, uniformly, are the Mesh's, the rest other components'; the
+selection is shuffled in every case (raven-datasets). Original (RAVEN) candidates are not defined for Mesh
+problems and are refused.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
 
-from rpm_lib.generator.constants import RENDER_IDENTICAL_SIZES
+from rpm_lib.generator.constants import MESH_LAYOUT, RENDER_IDENTICAL_SIZES, has_mesh
 from rpm_lib.generator.problem import ComponentPanel, Panel, Rule
 from rpm_lib.generator.rows import UNIFORM_LEVEL, sample_entity
 from rpm_lib.generator.sampling import ComponentRanges, RandomStream
 
 __all__ = [
+    "MODES",
+    "check_mode",
     "ModifiableAttribute",
     "modifiable_attributes",
+    "select_attributes",
     "original_candidates",
     "balanced_candidates",
     "rendered_key",
@@ -134,8 +144,9 @@ def original_candidates(
     """RAVEN's candidates (docs/generator.md, "Original candidates (RAVEN)"): the answer plus 7 copies with one
     attribute changed each, shuffled.
 
-    Returns ``(candidates, target)``.
+    Returns ``(candidates, target)``. Raises ``ValueError`` for a Mesh problem (RAVEN never had a Mesh).
     """
+    _refuse_mesh(ranges)
     entries = modifiable_attributes(rules, ranges, answer)
     books = [_number_bookkeeping(r) for r in ranges]
     used_positions: list[list[frozenset]] = [[frozenset(comp.slots)] for comp in answer.components]
@@ -184,9 +195,62 @@ def original_candidates(
     return shuffled, target
 
 
+#: Candidate modes: ``"balanced"`` = I-RAVEN attribute bisection tree, ``"original"`` = RAVEN distractors.
+MODES: tuple[str, ...] = ("balanced", "original")
+
+
+def check_mode(mode: str, mesh: bool = False) -> None:
+    """One-line ``ValueError`` unless ``mode`` can build the candidates of a problem with (``mesh``) or
+    without the Mesh: "balanced" always, "original" only without (RAVEN never had a Mesh)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown candidate mode {mode!r}; expected one of {MODES}")
+    if mesh and mode == "original":
+        raise ValueError(
+            "original (RAVEN) candidates are not defined for a Mesh problem: the I-RAVEN-Mesh generator "
+            "builds only balanced (I-RAVEN) candidates; use mode='balanced'"
+        )
+
+
+def _refuse_mesh(ranges: list[ComponentRanges]) -> None:
+    check_mode("original", has_mesh(r.layout.name for r in ranges))
+
+
 # -------------------------------------------------------------------------------------------------
 # I-RAVEN (balanced)
 # -------------------------------------------------------------------------------------------------
+
+
+N_PERTURBED = 3
+
+
+def select_attributes(
+    entries: list[ModifiableAttribute], mesh_component: int | None, s: RandomStream
+) -> list[ModifiableAttribute]:
+    """The (up to) 3 attributes the balanced tree perturbs, before "Number goes last".
+
+    Without a Mesh (``mesh_component`` None): 3 distinct entries in uniformly random order, or all of them
+    when fewer than 3 (I-RAVEN). With a Mesh at component ``mesh_component``: when more than 3 entries,
+    ``m`` ~ U{1..#Mesh entries} Mesh entries and ``3 - m`` others, each drawn without replacement; else all
+    entries; then shuffled (raven-datasets' quota, docs/generator.md "Mesh").
+    """
+    if mesh_component is None:
+        if len(entries) >= N_PERTURBED:
+            return [entries[i] for i in s.sample(len(entries), N_PERTURBED)]
+        return list(entries)
+    if len(entries) > N_PERTURBED:
+        mesh = [e for e in entries if e.component == mesh_component]
+        rest = [e for e in entries if e.component != mesh_component]
+        if not mesh:
+            raise RuntimeError("Mesh problem without a modifiable Mesh attribute (its Number always is)")
+        m = s.integer(1, len(mesh))
+        if N_PERTURBED - m > len(rest):
+            raise RuntimeError(f"Mesh quota: {N_PERTURBED - m} other attributes wanted, {len(rest)} modifiable")
+        selected = [mesh[i] for i in s.sample(len(mesh), m)]
+        selected += [rest[i] for i in s.sample(len(rest), N_PERTURBED - m)]
+    else:
+        selected = list(entries)
+    s.shuffle(selected)
+    return selected
 
 
 class _AlternativeSampler:
@@ -278,16 +342,20 @@ def balanced_candidates(
     changed on candidate k's tree path (``[]`` for the answer), as the .xml ``Modified_attributes``.
     """
     entries = modifiable_attributes(rules, ranges, answer)
-    if len(entries) >= 3:
-        selected = [entries[i] for i in s.sample(len(entries), 3)]
-    else:
-        selected = list(entries)
+    mesh_component = len(ranges) - 1 if has_mesh(r.layout.name for r in ranges) else None
+    selected = select_attributes(entries, mesh_component, s)
     position_number = False
     numbers = [i for i, e in enumerate(selected) if e.attr == "Number"]
     if numbers:  # Number goes last: its alternatives copy entities, so earlier changes must be in place
         i = numbers[0]
         selected[i], selected[-1] = selected[-1], selected[i]
         position_number = any(e.attr == "Position" for e in selected)
+        if mesh_component is not None:
+            # Deliberate deviation: with the Mesh two Numbers (a grid's and the Mesh's) can be selected and
+            # the swap above moves only one, so a Number could precede its own component's Position, which
+            # then moves the answer's count of slots onto a different count of entities (the reference
+            # writes such inconsistent candidates). A stable partition puts every Number after the rest.
+            selected.sort(key=lambda e: e.attr == "Number")
     sampler = _AlternativeSampler(ranges, answer, s)
     candidates = [answer]
     paths: list[list[tuple[int, str]]] = [[]]
@@ -332,6 +400,9 @@ def rendered_key(panel: Panel) -> tuple:
     angle) with render-identical sizes mapped to one representative. Equal keys => equal images."""
     key = []
     for comp in panel.components:
+        if comp.layout == MESH_LAYOUT:  # all lines look alike: the slot set is the image
+            key.append(frozenset(comp.slots))
+            continue
         items = []
         for slot, e in zip(comp.slots, comp.entities):
             alias = RENDER_IDENTICAL_SIZES.get((comp.layout, e.type))
@@ -351,15 +422,15 @@ def make_candidates(
 ) -> tuple[list[Panel], int, list[list[tuple[int, str]]] | None]:
     """Candidates in ``mode`` ("balanced" or "original"), redrawn while two of them would look identical.
 
-    Returns ``(candidates, target, modified)`` (``modified`` is ``None`` in original mode).
+    Returns ``(candidates, target, modified)`` (``modified`` is ``None`` in original mode). Raises
+    ``ValueError`` for an unknown mode and for original candidates of a Mesh problem.
     """
+    check_mode(mode, has_mesh(r.layout.name for r in ranges))
     for _ in range(MAX_REDRAWS):
         if mode == "balanced":
             candidates, target, modified = balanced_candidates(rules, ranges, answer, s)
-        elif mode == "original":
-            (candidates, target), modified = original_candidates(rules, ranges, answer, s), None
         else:
-            raise ValueError(f"unknown candidate mode {mode!r}; expected 'balanced' or 'original'")
+            (candidates, target), modified = original_candidates(rules, ranges, answer, s), None
         if not has_lookalikes(candidates):
             return candidates, target, modified
     raise RuntimeError(f"could not draw {mode} candidates without look-alikes in {MAX_REDRAWS} attempts")

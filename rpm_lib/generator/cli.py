@@ -9,6 +9,7 @@ Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
     rpm-generate --out data/a-color --regime A/Color              # train/val: Color Constant; test: not
     rpm-generate --out data/a-color-ood --regime A/Color --val 0 --test 10   # an all-test folder
     rpm-generate --out data/custom --held-out size:Progression --held-out type
+    rpm-generate --out data/i-raven-mesh --mesh                   # I-RAVEN-Mesh (docs/generator.md, "Mesh")
 
 Every error is one line on stderr with exit status 2 (bad options, nothing written) or 1 (the write failed).
 """
@@ -22,6 +23,7 @@ from typing import Sequence
 from rpm_lib.folder_lock import NotEnoughSpaceError, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, check_supported, \
     regime_from_options
+from rpm_lib.generator.candidates import check_mode
 from rpm_lib.generator.writer import REGIME_FILE, write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
@@ -38,7 +40,8 @@ _EPILOG = f"""\
 output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k % 10 in tenths:
 the first 10-val-test remainders train, then val, then test (default --val 2 --test 2: 0-5 train,
 6-7 val, 8-9 test). Keys: image (16,160,160) uint8, target, predict (= target), meta_matrix (8,9) (also
-in every regime), meta_target (9), structure, meta_structure (21). <out>/{REGIME_FILE} names the regime.
+in every Attributeless regime; (12,9) with the Mesh rules in rows 8-11 under --mesh), meta_target (9),
+structure, meta_structure (21). <out>/{REGIME_FILE} names the regime.
 
 regimes (--regime NAME; train and val share the train rules, only test is out of distribution):
 {_regime_lines()}
@@ -85,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="generalisation regime (listed below; default: plain I-RAVEN)")
     parser.add_argument("--held-out", action="append", default=None, metavar="ATTR[:RULE]",
                         help="hold out a rule group with a train rule (repeatable; instead of --regime)")
-    parser.add_argument("--mesh", action="store_true", help="add the I-RAVEN-Mesh component (not implemented yet)")
+    parser.add_argument("--mesh", action="store_true",
+                        help="add the I-RAVEN-Mesh component: a rule-governed 12-line lattice over the shapes "
+                             "(= --regime I-RAVEN-Mesh; balanced mode only)")
     parser.add_argument("--val", type=int, default=2, metavar="N",
                         help="tenths of the problems filed as val (default 2)")
     parser.add_argument("--test", type=int, default=2, metavar="N",
@@ -119,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         regime = regime_from_options(args.regime, args.held_out, args.mesh)
         check_supported(regime)
+        check_mode(args.mode, regime.mesh)
     except (ValueError, NotImplementedError) as error:
         parser.error(str(error))
     began = time.perf_counter()

@@ -3,15 +3,22 @@
 Everything is stored as *levels* (indices into the value tables of ``constants.py``), exactly as the
 reference generators serialise them into the .xml. This module is shared by the sampler
 (``sampling``/``rows``/``candidates``), the renderer (``render``) and the writers (``io``).
+
+An I-RAVEN-Mesh problem (docs/generator.md, "Mesh") is the same model with one more component, the Mesh,
+last in every panel (layout ``"Mesh_Layout"``; its entities are lines: Type 6, Size/Color/Angle 0) and 4
+more rules on it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rpm_lib.generator.constants import has_mesh
+
 
 @dataclass
 class Entity:
-    """One shape. All fields are levels (ints): type 1..5, size 0..5, color 0..9, angle 0..7."""
+    """One shape. All fields are levels (ints): type 1..5, size 0..5, color 0..9, angle 0..7; a Mesh line is
+    type 6 with size, color and angle 0."""
 
     type: int
     size: int
@@ -30,7 +37,7 @@ class ComponentPanel:
         layout: layout name, e.g. ``"Distribute_Four"`` (see ``constants.LAYOUTS``).
         uniformity: Uniformity level 0..3 (3 = uniform); fixed for the whole problem.
         slots: occupied slot indices into the layout's slot list, in *entity order*;
-            ``len(slots) == len(entities)`` and Number level == ``len(slots) - 1``.
+            ``len(slots) == len(entities)`` and Number level == ``len(slots) - 1`` (Mesh: 0..11).
         entities: the entities, ``entities[i]`` sits in slot ``slots[i]``.
     """
 
@@ -50,12 +57,18 @@ class ComponentPanel:
 
 @dataclass
 class Panel:
-    """One 160x160 panel: one ComponentPanel per component of the configuration (1 or 2)."""
+    """One 160x160 panel: one ComponentPanel per component of the configuration (1 or 2), plus the Mesh last
+    in a Mesh problem."""
 
     components: list[ComponentPanel]
 
     def copy(self) -> "Panel":
         return Panel([c.copy() for c in self.components])
+
+    @property
+    def has_mesh(self) -> bool:
+        """Whether the last component is the Mesh."""
+        return has_mesh(c.layout for c in self.components)
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,7 @@ class Rule:
     """One rule on one component.
 
     Attributes:
-        component: component index 0 or 1.
+        component: component index 0 or 1 (2: the Mesh of a two-component configuration).
         name: ``"Constant" | "Progression" | "Arithmetic" | "Distribute_Three"``.
         attr: ``"Number" | "Position" | "Number/Position" | "Type" | "Size" | "Color"``.
         value: Progression step (+-1, +-2), Arithmetic sign (+1 add/union, -1 sub/difference), else 0.
@@ -84,7 +97,7 @@ class Problem:
         context: 8 panels, row-major (P11, P12, P13, P21, P22, P23, P31, P32).
         candidates: 8 panels; ``candidates[target]`` is the answer P33.
         target: index 0..7 of the answer among the candidates.
-        rules: 4 rules per component, ordered (component, group N/P, Type, Size, Color).
+        rules: 4 rules per component, ordered (component, group N/P, Type, Size, Color); the Mesh's last.
         modified: per candidate, the (component, attribute name) pairs changed on its way from the
             answer (I-RAVEN ``Modified_attributes``; empty list for the answer). ``None`` in original mode.
         mode: ``"balanced"`` (I-RAVEN) or ``"original"`` (RAVEN).
@@ -107,3 +120,8 @@ class Problem:
     @property
     def answer(self) -> Panel:
         return self.candidates[self.target]
+
+    @property
+    def has_mesh(self) -> bool:
+        """Whether this is an I-RAVEN-Mesh problem (its panels end with the Mesh component)."""
+        return bool(self.context) and self.context[0].has_mesh

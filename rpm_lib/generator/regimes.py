@@ -19,9 +19,8 @@ Refused on purpose (one-line ``ValueError``):
 * the I-RAVEN-Mesh component together with held-out groups -- the reference generator loops forever in
   the test split there (the Mesh's fixed Type/Size/Color admit no non-Constant rule).
 
-The Mesh component itself (``Regime.mesh``) is a hook for a later extension: ``I-RAVEN-Mesh`` is
-registered, but generating with ``mesh=True`` raises ``NotImplementedError`` (:func:`check_supported`)
-until the Mesh component exists.
+The Mesh component itself (``Regime.mesh``, the registered ``I-RAVEN-Mesh``) adds the I-RAVEN-Mesh line
+lattice as a last component (docs/generator.md, "Mesh"); it has balanced candidates only.
 """
 from __future__ import annotations
 
@@ -95,8 +94,7 @@ class Regime:
         held_out: ``(group, train rule)`` pairs, group 0 Number/Position, 1 Type, 2 Size, 3 Color, rule one
             of ``rpm_lib.rules.RELATIONS``; stored sorted by group, at most one rule per group. Empty for
             plain I-RAVEN.
-        mesh: add the I-RAVEN-Mesh component (hook; generation raises ``NotImplementedError`` until it is
-            implemented, see :func:`check_supported`).
+        mesh: add the I-RAVEN-Mesh component (docs/generator.md, "Mesh").
 
     Raises ``ValueError`` (one line) for an unknown group or rule, a group given twice, Arithmetic on Type,
     and Mesh together with held-out groups.
@@ -143,7 +141,7 @@ class Regime:
     def description(self) -> str:
         """One line: what the regime holds out."""
         if not self.held_out:
-            return "I-RAVEN with the Mesh component (not implemented yet)" if self.mesh else \
+            return "I-RAVEN with the Mesh component (rule-governed line lattice)" if self.mesh else \
                 "plain I-RAVEN: every rule group follows I-RAVEN's rule distribution in every split"
         rules = {r for _, r in self.held_out}
         if len(rules) == 1:
@@ -295,9 +293,9 @@ def resolve_regime(regime: "Regime | str | None") -> Regime:
 
 
 def check_supported(regime: Regime) -> None:
-    """Raise ``NotImplementedError`` for what the generator cannot make yet: the I-RAVEN-Mesh component."""
-    if regime.mesh:
-        raise NotImplementedError(f"regime {regime.name}: the I-RAVEN-Mesh component is not implemented yet")
+    """Raise ``NotImplementedError`` for what the generator cannot make yet. Nothing at present: the
+    I-RAVEN-Mesh component exists (``mesh=True``); kept as the one place to refuse a future regime."""
+    return None
 
 
 def check_split(split: str) -> str:

@@ -17,6 +17,13 @@ reference panels (2,240 of 2,240 equal).
 The .xml annotations of an entity (``real_bbox`` and the run-length ``mask``, docs/data-formats.md,
 "Entity annotations") are computed here too and cached per (slot bbox, type, size, angle):
 ``entity_annotation``.
+
+Mesh lines (docs/generator.md, "Mesh"): an entity of Type "line" sits in a Mesh slot ``(a, b, c, d)`` and
+is drawn as ``cv2.line(layer, (int(b*160), int(a*160)), (int(d*160), int(c*160)), 255, 2)`` -- no fill, no
+rotation, Size/Color/Angle ignored. The Mesh is the last component, so its lines are composited over every
+shape, and before the Left_Right / Up_Down divider. Its ``real_bbox`` keeps a reference quirk: the two
+endpoints are rotated by the entity's Angle value (-135 degrees at level 0) about the first endpoint,
+although the line is never drawn rotated.
 """
 from __future__ import annotations
 
@@ -36,10 +43,14 @@ from rpm_lib.generator.constants import (
     DEFAULT_WIDTH,
     IMAGE_SIZE,
     LAYOUTS,
+    LINE_TYPE_LEVEL,
+    MESH_LAYOUT,
+    SHAPE_TYPE_LEVELS,
     SIZE_VALUES,
     TYPE_VALUES,
+    configuration_components,
 )
-from rpm_lib.generator.problem import Panel, Problem
+from rpm_lib.generator.problem import ComponentPanel, Panel, Problem
 
 #: A slot bounding box ``(y_center, x_center, height, width)``, normalised to [0, 1].
 BBox = tuple[float, float, float, float]
@@ -91,13 +102,45 @@ class EntityGeometry:
         return max(math.hypot(x - cx, y - cy) for x, y in self.corner_points())
 
 
+#: The slots that hold lines (Mesh) rather than shapes.
+_LINE_SLOTS = frozenset(slot for spec in LAYOUTS.values() if spec.lines for slot in spec.slots)
+
+
 def _check_entity_levels(type_level: int, size_level: int, color_level: int, angle_level: int) -> None:
-    if not (1 <= type_level < len(TYPE_VALUES) and 0 <= size_level < len(SIZE_VALUES)
+    low, high = SHAPE_TYPE_LEVELS
+    if not (low <= type_level <= high and 0 <= size_level < len(SIZE_VALUES)
             and 0 <= color_level < len(COLOR_VALUES) and 0 <= angle_level < len(ANGLE_VALUES)):
         raise ValueError(
-            f"entity levels out of range: Type={type_level} (1..5), Size={size_level} (0..5), "
+            f"entity levels out of range: Type={type_level} ({low}..{high}), Size={size_level} (0..5), "
             f"Color={color_level} (0..9), Angle={angle_level} (0..7)"
         )
+
+
+def _check_line(slot: BBox, type_level: int, size_level: int, color_level: int, angle_level: int) -> None:
+    """A Mesh slot holds exactly the line entity (Type 6, Size/Color/Angle level 0); a shape slot no line."""
+    if slot in _LINE_SLOTS:
+        if (type_level, size_level, color_level, angle_level) != (LINE_TYPE_LEVEL, 0, 0, 0):
+            raise ValueError(
+                f"Mesh slot {list(slot)} holds Type={type_level} Size={size_level} Color={color_level} "
+                f"Angle={angle_level}; a Mesh line is Type={LINE_TYPE_LEVEL} Size=0 Color=0 Angle=0"
+            )
+    elif type_level == LINE_TYPE_LEVEL:
+        raise ValueError(f"a line (Type={LINE_TYPE_LEVEL}) can only sit in a Mesh slot, not in {list(slot)}")
+    else:
+        _check_entity_levels(type_level, size_level, color_level, angle_level)
+
+
+def line_endpoints(slot: BBox) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The two endpoints ``((x1, y1), (x2, y2))`` in px (column, row) of a Mesh slot ``(a, b, c, d)``."""
+    return (int(slot[1] * IMAGE_SIZE), int(slot[0] * IMAGE_SIZE)), (int(slot[3] * IMAGE_SIZE), int(slot[2] * IMAGE_SIZE))
+
+
+def reference_line_layer(slot: BBox) -> np.ndarray:
+    """The reference drawing of a Mesh line: uint8 ``(160, 160)``, 255 on the line (3 px wide), 0 elsewhere."""
+    layer = np.zeros((IMAGE_SIZE, IMAGE_SIZE), np.uint8)
+    start, end = line_endpoints(slot)
+    cv2.line(layer, start, end, 255, DEFAULT_WIDTH)
+    return layer
 
 
 def _unit(bbox: BBox) -> float:
@@ -294,9 +337,12 @@ class _SpriteCache:
 
 def make_sprite(bbox: BBox, type_level: int, size_level: int, color_level: int, angle_level: int) -> Sprite:
     """Render one entity (all arguments are levels; ``bbox`` is its slot) into a trimmed sprite."""
-    _check_entity_levels(type_level, size_level, color_level, angle_level)
-    fill = 255 - COLOR_VALUES[color_level]
-    y0, x0, layer = _trimmed(*cropped_entity_layer(bbox, type_level, size_level, fill, angle_level))
+    _check_line(bbox, type_level, size_level, color_level, angle_level)
+    if type_level == LINE_TYPE_LEVEL:
+        y0, x0, layer = _trimmed(0, 0, reference_line_layer(bbox))
+    else:
+        fill = 255 - COLOR_VALUES[color_level]
+        y0, x0, layer = _trimmed(*cropped_entity_layer(bbox, type_level, size_level, fill, angle_level))
     opaque = layer > 0
     ink = 255 - layer  # where the layer is 0 the value is never used (not opaque)
     ink.flags.writeable = False
@@ -312,18 +358,67 @@ SPRITES = _SpriteCache(SPRITE_CACHE_BYTES)
 # ---------------------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=None)
+def line_pixels(slot: BBox) -> np.ndarray:
+    """Flat (row-major) indices into a 160x160 panel of the pixels of the Mesh line in ``slot`` (read-only)."""
+    indices = np.flatnonzero(reference_line_layer(slot))
+    indices.flags.writeable = False
+    return indices
+
+
+@lru_cache(maxsize=None)
+def _layout_line_pixels(layout: str) -> tuple[np.ndarray, ...]:
+    """``line_pixels`` of every slot of a line layout, by slot index (a tuple lookup per line, no hashing)."""
+    return tuple(line_pixels(slot) for slot in LAYOUTS[layout].slots)
+
+
+def _draw_mesh(out: np.ndarray, configuration: str, component: ComponentPanel, slots) -> None:
+    """Composite the Mesh's lines over ``out``. Lines are opaque and all black (a layer of 0 / 255 without
+    interpolation), so compositing them in any order is setting their pixels to 0 -- one fancy assignment
+    instead of a sprite per line (exactness checked against the reference panels)."""
+    for entity in component.entities:
+        if entity.type != LINE_TYPE_LEVEL or entity.size or entity.color or entity.angle:
+            raise ValueError(
+                f"{configuration}/{MESH_LAYOUT}: an entity has Type={entity.type} Size={entity.size} "
+                f"Color={entity.color} Angle={entity.angle}; a Mesh line is Type={LINE_TYPE_LEVEL} Size=0 "
+                "Color=0 Angle=0"
+            )
+    if not component.slots:
+        return
+    lines = _layout_line_pixels(MESH_LAYOUT)
+    try:
+        # slots index a tuple: a negative slot would wrap around silently, hence the explicit minimum
+        pixels = np.concatenate([lines[slot] for slot in component.slots])
+        bad = min(component.slots) < 0
+    except IndexError:
+        bad = True
+    if bad:
+        raise ValueError(f"{configuration}/{MESH_LAYOUT}: slots {component.slots} out of range 0..{len(slots) - 1}")
+    if out.flags.c_contiguous:
+        out.reshape(-1)[pixels] = 0  # a view: writes through
+    else:
+        out[np.unravel_index(pixels, out.shape)] = 0
+
+
 def draw_panel_into(out: np.ndarray, configuration: str, panel: Panel) -> np.ndarray:
-    """Render ``panel`` into ``out`` (uint8 ``(160, 160)``, overwritten) and return it."""
+    """Render ``panel`` into ``out`` (uint8 ``(160, 160)``, overwritten) and return it.
+
+    The panel has the configuration's components, or those plus the Mesh last (drawn over the shapes).
+    """
     spec = CONFIG_SPECS.get(configuration)
     if spec is None:
         raise ValueError(f"unknown configuration {configuration!r}; expected one of {sorted(CONFIG_SPECS)}")
-    if len(panel.components) != len(spec.components):
+    components = spec.components
+    if len(panel.components) == len(components) + 1:
+        components = configuration_components(configuration, mesh=True)
+    elif len(panel.components) != len(components):
         raise ValueError(
-            f"{configuration}: a panel needs {len(spec.components)} component(s), got {len(panel.components)}"
+            f"{configuration}: a panel needs {len(components)} component(s) ({len(components) + 1} with the "
+            f"Mesh), got {len(panel.components)}"
         )
     out.fill(255)
     get = SPRITES.get
-    for component, (_name, layout) in zip(panel.components, spec.components):
+    for component, (_name, layout) in zip(panel.components, components):
         if component.layout != layout:
             raise ValueError(f"{configuration}: component layout {component.layout!r}, expected {layout!r}")
         slots = LAYOUTS[layout].slots
@@ -332,6 +427,9 @@ def draw_panel_into(out: np.ndarray, configuration: str, panel: Panel) -> np.nda
                 f"{configuration}/{component.layout}: {len(component.slots)} slots but "
                 f"{len(component.entities)} entities"
             )
+        if layout == MESH_LAYOUT:
+            _draw_mesh(out, configuration, component, slots)
+            continue
         for slot, entity in zip(component.slots, component.entities):
             if not 0 <= slot < len(slots):
                 raise ValueError(f"{configuration}/{component.layout}: slot {slot} out of range 0..{len(slots) - 1}")
@@ -371,10 +469,22 @@ def real_bbox(bbox: BBox, type_level: int, size_level: int, angle_level: int) ->
     """``[y_center, x_center, height, width]`` of the rotated shape (normalised, rounded to 4 decimals).
 
     The circle uses the *untruncated* radius; polygons rotate their integer vertices with the
-    OpenCV rotation matrix. ``2 * 1.5 / 160`` is added to both extents for the outline.
+    OpenCV rotation matrix. ``2 * 1.5 / 160`` is added to both extents for the outline. A Mesh line
+    (``type_level`` 6, ``bbox`` its slot) rotates its two endpoints about the first one by the Angle
+    value, as the reference does (the line itself is drawn unrotated).
     """
-    geometry = entity_geometry(bbox, type_level, size_level)
     delta = DEFAULT_WIDTH * 1.5 / IMAGE_SIZE
+    if type_level == LINE_TYPE_LEVEL:
+        start, end = line_endpoints(bbox)
+        matrix = cv2.getRotationMatrix2D(start, ANGLE_VALUES[angle_level], 1)
+        points = np.array((start, end), np.float64)
+        rows = matrix[1, 0] * points[:, 0] + matrix[1, 1] * points[:, 1] + matrix[1, 2]
+        cols = matrix[0, 0] * points[:, 0] + matrix[0, 1] * points[:, 1] + matrix[0, 2]
+        min_row, max_row = rows.min() / IMAGE_SIZE, rows.max() / IMAGE_SIZE
+        min_col, max_col = cols.min() / IMAGE_SIZE, cols.max() / IMAGE_SIZE
+        values = [(min_row + max_row) / 2, (min_col + max_col) / 2, max_row - min_row + delta, max_col - min_col + delta]
+        return [float(v) for v in np.round(values, 4)]
+    geometry = entity_geometry(bbox, type_level, size_level)
     cx, cy = geometry.center
     if geometry.kind == "circle":
         radius = _unit(bbox) * SIZE_VALUES[size_level]
@@ -394,7 +504,10 @@ def real_bbox(bbox: BBox, type_level: int, size_level: int, angle_level: int) ->
 
 
 def entity_mask(bbox: BBox, type_level: int, size_level: int, angle_level: int) -> np.ndarray:
-    """bool ``(160, 160)``: pixels equal to 255 in the fully filled (fill = outline = 255), rotated layer."""
+    """bool ``(160, 160)``: pixels equal to 255 in the fully filled (fill = outline = 255), rotated layer
+    (for a Mesh line: the drawn line)."""
+    if type_level == LINE_TYPE_LEVEL:
+        return reference_line_layer(bbox) == 255
     y0, x0, layer = cropped_entity_layer(bbox, type_level, size_level, 255, angle_level)
     mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), bool)
     h, w = layer.shape
@@ -448,9 +561,9 @@ def layout_position_json(layout: str) -> str:
 def entity_annotation(bbox: BBox, type_level: int, size_level: int, angle_level: int) -> str:
     """The .xml attributes after ``Type`` of an Entity: ``bbox="…" mask="…" real_bbox="…"``.
 
-    Cached: at most 24 slots x 5 types x 6 sizes x 8 angles distinct values exist.
+    Cached: at most 24 slots x 5 types x 6 sizes x 8 angles distinct values exist, plus the 12 Mesh lines.
     """
-    _check_entity_levels(type_level, size_level, 0, angle_level)
+    _check_line(bbox, type_level, size_level, 0, angle_level)
     mask = rle_encode(entity_mask(bbox, type_level, size_level, angle_level))
     real = _json_number_list(real_bbox(bbox, type_level, size_level, angle_level))
     return f'bbox="{bbox_json(bbox)}" mask="{mask}" real_bbox="{real}"'

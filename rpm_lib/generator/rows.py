@@ -17,35 +17,57 @@ regeneration" under Number-changing rules (copies of the previous panel's first 
 non-uniform layouts); the Arithmetic ranges for column 2 and the set-acceptance tests of
 Arithmetic-Position; the Arithmetic-Color "white alarm" (rows 1 and 2 cannot both have level 0 in column 2).
 
+The Mesh (docs/generator.md, "Mesh") is one more component generated the same way, with two reference
+quirks: a Progression on its Position turns the whole mesh by 3 slots (90 degrees) per column whatever the
+step size (``constants.progression_position_shift``), and every freshly sampled count -- the first panel of
+each row, the Arithmetic second column -- is clamped at ``FRESH_NUMBER_MAX_LEVEL`` (9 lines) while counts
+made by the rules (Progression, Arithmetic third column, Distribute_Three values, union) reach 12.
+
 Deliberate deviations (no effect on the distribution of any panel): rows are built column-by-column
 directly (e.g. a Distribute_Three first column is sampled with its prescribed count instead of being
 resampled and overwritten), and components are generated one after the other instead of interleaved.
 """
 from __future__ import annotations
 
-from rpm_lib.generator.constants import CONFIG_SPECS, COLOR_MAX_LEVEL
+from rpm_lib.generator.constants import (
+    COLOR_MAX_LEVEL,
+    FRESH_NUMBER_MAX_LEVEL,
+    configuration_components,
+    progression_position_shift,
+)
 from rpm_lib.generator.problem import ComponentPanel, Entity, Panel, Rule
 from rpm_lib.generator.sampling import ComponentRanges, RandomStream
 
-__all__ = ["UNIFORM_LEVEL", "sample_entity", "generate_component_rows", "generate_matrix"]
+__all__ = ["UNIFORM_LEVEL", "fresh_number_range", "sample_entity", "generate_component_rows", "generate_matrix"]
 
 #: Uniformity level meaning "uniform" (``UNI_VALUES[3] is True``).
 UNIFORM_LEVEL = 3
 
-_ANGLE_LEVELS = 8
+
+def fresh_number_range(ranges: ComponentRanges) -> tuple[int, int]:
+    """Inclusive Number-level range of a freshly sampled count: the pruned range clamped at
+    ``FRESH_NUMBER_MAX_LEVEL`` (the reference's ``NUM_MAX``; changes nothing below 10 slots)."""
+    low, high = ranges.number
+    return low, min(high, FRESH_NUMBER_MAX_LEVEL)
 
 
 def sample_entity(ranges: ComponentRanges, s: RandomStream) -> Entity:
-    """A fresh entity: Type/Size/Color uniform over the pruned ranges, Angle uniform over all 8 levels."""
+    """A fresh entity: Type/Size/Color uniform over the pruned ranges, Angle uniform over the layout's
+    angle levels (all 8 for shapes). A Mesh line is always Type 6, Size/Color/Angle 0."""
+    if ranges.layout.lines:
+        # A Mesh line has one possible value of every attribute: nothing to draw (a plain shape layout
+        # still draws its single-valued attributes, so that its random stream is unchanged).
+        return Entity(ranges.type[0], ranges.size[0], ranges.color[0], ranges.layout.angle[0])
     r = s.random
     t0, t1 = ranges.type
     z0, z1 = ranges.size
     c0, c1 = ranges.color
+    a0, a1 = ranges.layout.angle
     return Entity(
         t0 + int(r() * (t1 - t0 + 1)),
         z0 + int(r() * (z1 - z0 + 1)),
         c0 + int(r() * (c1 - c0 + 1)),
-        int(r() * _ANGLE_LEVELS),
+        a0 + int(r() * (a1 - a0 + 1)),
     )
 
 
@@ -64,9 +86,10 @@ def _fresh_panel(
 def _random_panel(
     ranges: ComponentRanges, uniformity: int, s: RandomStream, level: int | None = None
 ) -> ComponentPanel:
-    """A fully (re)sampled panel; Number level uniform over the pruned range unless ``level`` is given."""
+    """A fully (re)sampled panel; Number level uniform over the fresh range (``fresh_number_range``) unless
+    ``level`` is given."""
     if level is None:
-        level = s.integer(*ranges.number)
+        level = s.integer(*fresh_number_range(ranges))
     return _fresh_panel(ranges, uniformity, s.sample(ranges.n_slots, level + 1), s)
 
 
@@ -143,24 +166,26 @@ def _number_position_rows(
         elif name == "Progression" and attr == "Number":
             p2 = _regenerate(p1, s.sample(n, p1.number + value + 1), ranges, s)
             p3 = _regenerate(p2, s.sample(n, p2.number + value + 1), ranges, s)
-        elif name == "Progression":  # Position: every occupied slot index shifts by value (mod n)
-            p2 = _moved(p1, [(i + value) % n for i in p1.slots])
-            p3 = _moved(p2, [(i + value) % n for i in p2.slots])
+        elif name == "Progression":  # Position: every occupied slot index shifts (mod n); Mesh: +-3
+            shift = progression_position_shift(ranges.layout.name, value)
+            p2 = _moved(p1, [(i + shift) % n for i in p1.slots])
+            p3 = _moved(p2, [(i + shift) % n for i in p2.slots])
         elif attr == "Number":  # Arithmetic on counts: count3 = count1 +- count2
             l1 = p1.number
             low, high = ranges.layout.number
+            # column 2 is a fresh sample, so it is clamped like a first column
             if value > 0:
-                l2 = s.integer(ranges.number[0], high - l1 - 1)
+                l2 = s.integer(ranges.number[0], min(high - l1 - 1, FRESH_NUMBER_MAX_LEVEL))
                 l3 = l1 + l2 + 1
             else:
-                l2 = s.integer(low, l1 - low - 1)
+                l2 = s.integer(low, min(l1 - low - 1, FRESH_NUMBER_MAX_LEVEL))
                 l3 = l1 - l2 - 1
             p2 = _regenerate(p1, s.sample(n, l2 + 1), ranges, s)
             p3 = _regenerate(p2, s.sample(n, l3 + 1), ranges, s)
         else:  # Arithmetic on positions: union (+) or difference (-) of the occupied slot sets
             set1 = set(p1.slots)
             while True:
-                slots2 = s.sample(n, s.integer(*ranges.number) + 1)
+                slots2 = s.sample(n, s.integer(*fresh_number_range(ranges)) + 1)
                 set2 = set(slots2)
                 # union: column 2 must add something; difference: something must be left
                 if (value > 0 and not set2 <= set1) or (value < 0 and not set1 <= set2):
@@ -248,8 +273,18 @@ def generate_component_rows(
 def generate_matrix(
     configuration: str, rules: list[Rule], ranges: list[ComponentRanges], s: RandomStream
 ) -> list[Panel]:
-    """The 9 panels P11..P33 (row-major) of a problem; the last one is the answer."""
-    n_components = len(CONFIG_SPECS[configuration].components)
+    """The 9 panels P11..P33 (row-major) of a problem; the last one is the answer.
+
+    ``ranges`` holds one entry per component: the configuration's, plus the Mesh last in a Mesh problem;
+    ``rules`` 4 per component, in component order.
+    """
+    n_components = len(ranges)
+    expected = [layout for _, layout in configuration_components(configuration, mesh=True)]
+    layouts = [r.layout.name for r in ranges]
+    if layouts not in (expected[:-1], expected):
+        raise ValueError(f"{configuration}: component layouts {layouts}, expected {expected[:-1]} (+ the Mesh)")
+    if len(rules) != 4 * n_components:
+        raise ValueError(f"{configuration}: {len(rules)} rules for {n_components} component(s), expected 4 each")
     per_component = [
         generate_component_rows(rules[4 * c: 4 * c + 4], ranges[c], s) for c in range(n_components)
     ]

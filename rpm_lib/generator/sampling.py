@@ -15,7 +15,9 @@ rule) with the same weights ``1/len(restricted) * 1/len(params)``, the same prun
 renormalisation (:func:`regime_rule_table`). The draw consumes exactly one uniform per (component, group) in
 every regime, and plain I-RAVEN (``regime=None``) uses the very tables of :func:`rule_table`, so its draws are
 bit-identical to those of the I-RAVEN-only sampler. A restricted menu without a feasible option raises
-:class:`RegimeInfeasibleError` (the reference generator loops forever there).
+:class:`RegimeInfeasibleError` (the reference generator loops forever there). A Mesh regime
+(docs/generator.md, "Mesh") appends the Mesh component, whose table is built the same way on its 12-slot
+layout (``_mesh_plan``).
 
 Deliberate deviation: the reference consumes numpy's legacy global RNG in a particular call order; here every
 draw comes from the caller's ``np.random.Generator`` through :class:`RandomStream` (blocks of uniform floats
@@ -29,7 +31,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from rpm_lib.generator.constants import CONFIG_SPECS, LAYOUTS, RULE_MENU, LayoutSpec
+from rpm_lib.generator.constants import (
+    CONFIG_SPECS,
+    LAYOUTS,
+    MESH_LAYOUT,
+    RULE_MENU,
+    LayoutSpec,
+    configuration_components,
+    mesh_component_index,
+)
 from rpm_lib.generator.problem import Rule
 from rpm_lib.generator.regimes import Regime, check_supported, is_test_split, resolve_regime, restricted_menu
 from rpm_lib.rules import RULE_GROUPS
@@ -261,21 +271,39 @@ def regime_rule_table(configuration: str, component: int, group: int, split: str
     regime = resolve_regime(regime)
     if configuration not in CONFIG_SPECS:
         raise ValueError(f"unknown configuration {configuration!r}; expected one of {list(CONFIG_SPECS)}")
-    components = CONFIG_SPECS[configuration].components
+    components = configuration_components(configuration, regime.mesh)
     if isinstance(component, bool) or not isinstance(component, int) or not 0 <= component < len(components):
         raise ValueError(f"component of {configuration} must be 0..{len(components) - 1}, got {component!r}")
     if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < len(RULE_MENU):
         raise ValueError(f"group must be 0..3 (Number/Position, Type, Size, Color), got {group!r}")
     is_test = is_test_split(split)
+    if regime.mesh and component == mesh_component_index(configuration):
+        return _mesh_plan(configuration)[1][group][1]
     if group not in regime.held_out_rules:
         return rule_table(components[component][1], group)
     return _held_out_table(configuration, component, group, is_test, regime.held_out)
 
 
 @lru_cache(maxsize=None)
-def _sampling_plan(configuration: str, is_test: bool, held_out: tuple[tuple[int, str], ...]):
-    """Per component: (layout, ((cumulative bounds, table) for the 4 groups)). With nothing held out these
-    are exactly the tables (and floats) of :func:`rule_table`, hence bit-identical draws."""
+def _mesh_plan(configuration: str):
+    """(layout, ((cumulative bounds, table) for the 4 groups)) of the Mesh component (docs/generator.md,
+    "Mesh"): Number/Position from the whole menu (every entry feasible on 12 slots, 1/7 each), Type/Size/Color
+    restricted to Constant (``regimes.restricted_menu(mesh_component=True)``). A Mesh never has held-out groups
+    (``Regime`` refuses the combination), so the plan does not depend on the split."""
+    mesh = mesh_component_index(configuration)
+    groups = []
+    for group in range(4):
+        table = _menu_table(MESH_LAYOUT, group, restricted_menu(configuration, mesh, group, "train",
+                                                                mesh_component=True))
+        groups.append((_cumulative_of(table), table))
+    return MESH_LAYOUT, tuple(groups)
+
+
+@lru_cache(maxsize=None)
+def _sampling_plan(configuration: str, is_test: bool, held_out: tuple[tuple[int, str], ...], mesh: bool = False):
+    """Per component: (layout, ((cumulative bounds, table) for the 4 groups)), plus the Mesh last when
+    ``mesh``. With nothing held out these are exactly the tables (and floats) of :func:`rule_table`, hence
+    bit-identical draws."""
     held = dict(held_out)
     plan = []
     for component, (_, layout_name) in enumerate(CONFIG_SPECS[configuration].components):
@@ -287,6 +315,8 @@ def _sampling_plan(configuration: str, is_test: bool, held_out: tuple[tuple[int,
             else:
                 groups.append(_cumulative(layout_name, group))
         plan.append((layout_name, tuple(groups)))
+    if mesh:
+        plan.append(_mesh_plan(configuration))
     return tuple(plan)
 
 
@@ -314,14 +344,15 @@ def sample_rules(
     ``"val"`` or ``"test"``; only train-like vs test matters) select the tables (:func:`regime_rule_table`).
     One uniform is consumed per (component, group) whatever the regime; with plain I-RAVEN the draws do not
     depend on ``split``. Returns ``(rules, ranges)``: ``rules`` ordered (component, group N/P, Type, Size,
-    Color), ``ranges`` one :class:`ComponentRanges` per component. Raises ``NotImplementedError`` for a Mesh
-    regime (not implemented yet), :class:`RegimeInfeasibleError` when a restricted menu has no feasible option.
+    Color), ``ranges`` one :class:`ComponentRanges` per component -- with the Mesh last in a Mesh regime
+    (its 4 rules drawn after the other components', so those are the rules plain I-RAVEN draws from the same
+    stream). Raises :class:`RegimeInfeasibleError` when a restricted menu has no feasible option.
     """
     if configuration not in CONFIG_SPECS:
         raise ValueError(f"unknown configuration {configuration!r}; expected one of {list(CONFIG_SPECS)}")
     regime = resolve_regime(regime)
     check_supported(regime)
-    plan = _sampling_plan(configuration, is_test_split(split), regime.held_out)
+    plan = _sampling_plan(configuration, is_test_split(split), regime.held_out, regime.mesh)
     stream = RandomStream.of(rng)
     rules: list[Rule] = []
     ranges: list[ComponentRanges] = []

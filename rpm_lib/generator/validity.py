@@ -19,6 +19,11 @@ Only what the generator makes visible is checked (docs/generator.md, "Visible an
 
 Deliberate choice: Progression-Position steps are read from the entity order when it is consistent (the
 direction of a move of distinguishable entities is visible); only if not, from the occupied slot sets.
+
+Mesh problems (docs/generator.md, "Mesh") need nothing special: the Mesh is checked as one more component.
+Its lines all look alike (Type 6, Size/Color/Angle 0), so only its Number and Position carry information and
+its Constant Type/Size/Color rules always hold; a Progression on its Position is a shift of +-3 slots (mod 12),
+inferred like any other shift (when two shifts fit the context, they predict the same slot set).
 """
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ and another rule in ``_test`` files. The file format stays I-RAVEN's (8-row ``me
 Attributeless regime -- a deliberate difference from raven-datasets, whose files always have 12 rows. The
 regime is recorded in ``regime.json`` (:data:`REGIME_FILE`) and, with seed, mode and split proportions, in
 ``generator.json`` (:data:`SETTINGS_FILE`), which refuses a resumed write with other settings.
+
+I-RAVEN-Mesh (``regime.mesh``; docs/generator.md, "Mesh") uses raven-datasets' label layout: ``meta_matrix``
+(12, 9) with the Mesh's rules in rows 8..11, ``structure`` with the Mesh tokens (``labels``); still no
+``meta_answer_mods`` (it marks the answer). Its .npz sizes are fixed too (``expected_npz_size(c, mesh=True)``).
 """
 from __future__ import annotations
 
@@ -39,7 +43,8 @@ import numpy as np
 
 from rpm_lib.folder_lock import check_free_space, exclusive_writer
 from rpm_lib.generator.api import generate_problem, problem_rng
-from rpm_lib.generator.labels import problem_labels, structure
+from rpm_lib.generator.candidates import check_mode
+from rpm_lib.generator.labels import MESH_META_MATRIX_ROWS, META_MATRIX_ROWS, problem_labels, structure
 from rpm_lib.generator.problem import Problem
 from rpm_lib.generator.regimes import Regime, check_supported, resolve_regime, split_of
 from rpm_lib.generator.render import render_problem
@@ -143,17 +148,19 @@ def npz_arrays(problem: Problem, image: np.ndarray | None = None) -> dict[str, n
 
 
 @lru_cache(maxsize=None)
-def expected_npz_size(configuration: str) -> int:
-    """Exact byte size of every .npz this module writes for ``configuration`` (fixed shapes and dtypes)."""
+def expected_npz_size(configuration: str, mesh: bool = False) -> int:
+    """Exact byte size of every .npz this module writes for ``configuration`` (fixed shapes and dtypes), with
+    or without the Mesh."""
     buffer = io.BytesIO()
+    rows = MESH_META_MATRIX_ROWS if mesh else META_MATRIX_ROWS
     arrays = {
         "target": np.array(0, np.int64),
         "predict": np.array(0, np.int64),
         "image": np.zeros((16, 160, 160), np.uint8),
-        "meta_matrix": np.zeros((8, 9), np.uint8),
+        "meta_matrix": np.zeros((rows, 9), np.uint8),
         "meta_structure": np.zeros(21, np.uint8),
         "meta_target": np.zeros(9, np.uint8),
-        "structure": structure(configuration),
+        "structure": structure(configuration, mesh),
     }
     write_npz(arrays, buffer)
     return len(buffer.getvalue())
@@ -191,11 +198,12 @@ def write_problem(
         _atomic_write(stem.with_name(stem.name + ".xml"), lambda handle: handle.write(xml))
 
 
-def is_complete(stem: str | os.PathLike, configuration: str, write_xml: bool = True) -> bool:
-    """Whether ``stem`` holds a finished problem: .npz of the exact expected size, and .xml ending in ``</Data>``."""
+def is_complete(stem: str | os.PathLike, configuration: str, write_xml: bool = True, mesh: bool = False) -> bool:
+    """Whether ``stem`` holds a finished problem: .npz of the exact expected size (with the Mesh's labels when
+    ``mesh``), and .xml ending in ``</Data>``."""
     stem = Path(stem)
     try:
-        if os.stat(stem.with_name(stem.name + ".npz")).st_size != expected_npz_size(configuration):
+        if os.stat(stem.with_name(stem.name + ".npz")).st_size != expected_npz_size(configuration, mesh):
             return False
         if not write_xml:
             return True
@@ -260,6 +268,7 @@ def pending_chunks(
     chunk_size: int = 25,
     val: int = 2,
     test: int = 2,
+    mesh: bool = False,
 ) -> tuple[list[Chunk], int]:
     """The chunks of not-yet-complete problems ``start .. start + count - 1`` and how many are done."""
     chunks: list[Chunk] = []
@@ -267,7 +276,7 @@ def pending_chunks(
     for configuration in configurations:
         run: list[int] = []
         for index in range(start, start + count):
-            if is_complete(problem_stem(root, configuration, index, val, test), configuration, write_xml):
+            if is_complete(problem_stem(root, configuration, index, val, test), configuration, write_xml, mesh):
                 done += 1
                 continue
             if run and (index != run[-1] + 1 or len(run) >= chunk_size):
@@ -283,7 +292,7 @@ def write_chunk(job: WriteJob, chunk: Chunk) -> int:
     """Generate and write every problem of ``chunk`` (skipping complete ones); returns the chunk length."""
     for index in range(chunk.start, chunk.stop):
         stem = problem_stem(job.root, chunk.configuration, index, job.val, job.test)
-        if is_complete(stem, chunk.configuration, job.write_xml):
+        if is_complete(stem, chunk.configuration, job.write_xml, job.regime is not None and job.regime.mesh):
             continue
         rng = problem_rng(job.seed, chunk.configuration, index)
         problem = generate_problem(chunk.configuration, rng, mode=job.mode, regime=job.regime,
@@ -346,6 +355,7 @@ def write_dataset(
         raise ValueError(f"count and start must be >= 0, got count={count}, start={start}")
     regime = resolve_regime(regime)
     check_supported(regime)
+    check_mode(mode, regime.mesh)  # before anything is written
     split_of(0, val, test)  # checks the split proportions
     names = resolve_configurations(configurations)
     root = Path(root)
@@ -421,10 +431,11 @@ class GeneratorSettingsError(RuntimeError):
 def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str, workers: int, write_xml: bool,
                   start: int, progress: bool, chunk_size: int, regime: Regime, val: int,
                   test: int) -> dict[str, int]:
-    chunks, done = pending_chunks(root, names, count, start, write_xml, chunk_size, val, test)
-    # .npz sizes are exact (uncompressed); an .xml adds well under 10 % of its .npz.
-    needed = sum((c.stop - c.start) * expected_npz_size(c.configuration) for c in chunks)
-    check_free_space(root, int(needed * (1.1 if write_xml else 1.0)), "rpm-generate")
+    chunks, done = pending_chunks(root, names, count, start, write_xml, chunk_size, val, test, regime.mesh)
+    # .npz sizes are exact (uncompressed); an .xml adds well under 10 % of its .npz, a Mesh .xml (a mask per
+    # line) up to ~25 % (94 KB beside 410 KB in the reference files).
+    needed = sum((c.stop - c.start) * expected_npz_size(c.configuration, regime.mesh) for c in chunks)
+    check_free_space(root, int(needed * ((1.3 if regime.mesh else 1.1) if write_xml else 1.0)), "rpm-generate")
     _check_settings(root, seed, mode, regime, val, test)
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,12 @@ one line, no declaration, attributes in alphabetical order, ``" />"`` for empty 
 The reader rebuilds the levels-only ``Problem``. What the .xml does not store is filled as follows:
 rule parameters (Progression step, Arithmetic sign) are 0; ``target`` is the candidate with no
 ``Modified_attributes`` (I-RAVEN), else the ``target`` of the sibling .npz, else the ``target`` argument.
+
+Mesh problems (docs/generator.md, "Mesh") have one more ``<Component name="Mesh">`` last in every panel,
+with ``<Layout name="Mesh_Layout">`` (``Position`` lists the 12 line slots), line entities
+``Type="6" Size="0" Color="0" Angle="0"``, and one more ``<Rule_Group>``. The writer keeps this module's
+(Python 2) byte conventions for them too; the reader also reads raven-datasets' Python 3 files, whose
+attributes come in insertion order (XML attribute order carries no meaning).
 """
 from __future__ import annotations
 
@@ -15,12 +21,19 @@ import io
 import json
 import os
 import xml.etree.ElementTree as ET
+from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from rpm_lib.generator.constants import CONFIG_SPECS, LAYOUTS
+from rpm_lib.generator.constants import (
+    CONFIG_SPECS,
+    LAYOUTS,
+    LINE_TYPE_LEVEL,
+    configuration_components,
+    has_mesh,
+)
 from rpm_lib.generator.problem import ComponentPanel, Entity, Panel, Problem, Rule
 from rpm_lib.generator.render import entity_annotation, layout_position_json
 
@@ -45,10 +58,25 @@ def _rule_group(rule: Rule) -> int:
     return {"Type": 1, "Size": 2, "Color": 3}.get(rule.attr, 0)
 
 
-def _panel_xml(parts: list[str], configuration: str, panel: Panel) -> None:
+@lru_cache(maxsize=64)
+def _line_xml(slot: tuple, type_level: int, size_level: int, color_level: int, angle_level: int) -> str:
+    """The ``<Entity>`` element of a Mesh line."""
+    if (type_level, size_level, color_level, angle_level) != (LINE_TYPE_LEVEL, 0, 0, 0):
+        raise ValueError(f"Mesh slot {list(slot)} holds Type={type_level} Size={size_level} Color={color_level} "
+                         f"Angle={angle_level}; a Mesh line is Type={LINE_TYPE_LEVEL} Size=0 Color=0 Angle=0")
+    annotation = entity_annotation(slot, type_level, size_level, angle_level)
+    return (f'<Entity Angle="{angle_level}" Color="{color_level}" Size="{size_level}" Type="{type_level}" '
+            f'{annotation} />')
+
+
+def _panel_xml(parts: list[str], configuration: str, panel: Panel, mesh: bool) -> None:
     spec = CONFIG_SPECS[configuration]
     parts.append(f'<Panel><Struct name="{spec.structure}">')
-    for index, ((component_name, _layout), component) in enumerate(zip(spec.components, panel.components)):
+    components = configuration_components(configuration, mesh)
+    for index, ((component_name, layout_name), component) in enumerate(zip(components, panel.components)):
+        if component.layout != layout_name:
+            raise ValueError(f"{configuration}: component {index} has layout {component.layout!r}, "
+                             f"expected {layout_name!r}")
         layout = LAYOUTS[component.layout]
         parts.append(
             f'<Component id="{index}" name="{component_name}"><Layout Number="{len(component.entities) - 1}" '
@@ -61,6 +89,9 @@ def _panel_xml(parts: list[str], configuration: str, panel: Panel) -> None:
         for slot, entity in zip(component.slots, component.entities):
             if not 0 <= slot < len(layout.slots):
                 raise ValueError(f"{configuration}/{component.layout}: slot {slot} out of range")
+            if layout.lines:  # the 12 possible Mesh lines: whole elements cached
+                parts.append(_line_xml(layout.slots[slot], entity.type, entity.size, entity.color, entity.angle))
+                continue
             annotation = entity_annotation(layout.slots[slot], entity.type, entity.size, entity.angle)
             parts.append(
                 f'<Entity Angle="{entity.angle}" Color="{entity.color}" Size="{entity.size}" '
@@ -81,16 +112,18 @@ def problem_xml(problem: Problem) -> str:
     panels = problem.panels
     if len(panels) != 16:
         raise ValueError(f"a problem needs 16 panels (8 context + 8 candidates), got {len(panels)}")
+    mesh = problem.has_mesh
+    n_components = len(configuration_components(problem.configuration, mesh))
     parts = ["<Data><Panels>"]
     for panel in panels:
-        if len(panel.components) != len(spec.components):
+        if len(panel.components) != n_components:
             raise ValueError(
-                f"{problem.configuration}: every panel needs {len(spec.components)} component(s), "
-                f"got {len(panel.components)}"
+                f"{problem.configuration}: every panel needs {n_components} component(s)"
+                f"{' (with the Mesh)' if mesh else ''}, got {len(panel.components)}"
             )
-        _panel_xml(parts, problem.configuration, panel)
+        _panel_xml(parts, problem.configuration, panel, mesh)
     parts.append("</Panels><Rules>")
-    for component in range(len(spec.components)):
+    for component in range(n_components):
         parts.append(f'<Rule_Group id="{component}">')
         for rule in sorted((r for r in problem.rules if r.component == component), key=_rule_group):
             parts.append(f'<Rule attr="{rule.attr}" name="{rule.name}" />')
@@ -158,7 +191,8 @@ def _slot_index(layout: str, bbox_text: str | None, where: str) -> int:
     raise XmlFormatError(f"{where}: bbox {bbox_text} is not a slot of layout {layout}")
 
 
-def _parse_panel(panel_element: ET.Element, where: str) -> tuple[str, Panel]:
+def _parse_panel(panel_element: ET.Element, where: str) -> tuple[tuple[str, bool], Panel]:
+    """``((configuration, has the Mesh), panel)`` of one ``<Panel>``."""
     struct = panel_element.find("Struct")
     if struct is None:
         raise XmlFormatError(f"{where}: <Panel> has no <Struct>")
@@ -190,12 +224,16 @@ def _parse_panel(panel_element: ET.Element, where: str) -> tuple[str, Panel]:
             raise XmlFormatError(f"{cwhere}: two entities share a slot ({slots})")
         layouts.append(layout_name)
         components.append(ComponentPanel(layout_name, _int_attr(layout, "Uniformity", cwhere), slots, entities))
-    configuration = _configuration_of(tuple(layouts), struct.get("name", ""), where)
-    names = tuple(name for name, _ in CONFIG_SPECS[configuration].components)
+    try:
+        mesh = has_mesh(layouts)
+    except ValueError as error:
+        raise XmlFormatError(f"{where}: {error}") from None
+    configuration = _configuration_of(tuple(layouts[:-1] if mesh else layouts), struct.get("name", ""), where)
+    names = tuple(name for name, _ in configuration_components(configuration, mesh))
     found = tuple(c.get("name") for c in struct.findall("Component"))
     if found != names:
         raise XmlFormatError(f"{where}: component names {list(found)}, expected {list(names)}")
-    return configuration, Panel(components)
+    return (configuration, mesh), Panel(components)
 
 
 def _parse_rules(root: ET.Element, where: str) -> list[Rule]:
@@ -248,10 +286,11 @@ def parse_problem_xml(text: str | bytes, where: str = "<xml>", target: int | Non
     parsed = [_parse_panel(p, f"{where}, panel {i}") for i, p in enumerate(panel_elements)]
     configurations = {c for c, _ in parsed}
     if len(configurations) != 1:
-        raise XmlFormatError(f"{where}: panels disagree on the configuration: {sorted(configurations)}")
-    configuration = configurations.pop()
+        described = sorted(f"{name}{' + Mesh' if mesh else ''}" for name, mesh in configurations)
+        raise XmlFormatError(f"{where}: panels disagree on the configuration: {described}")
+    configuration, mesh = configurations.pop()
     rules = _parse_rules(root, where)
-    n_components = len(CONFIG_SPECS[configuration].components)
+    n_components = len(configuration_components(configuration, mesh))
     if len(rules) != 4 * n_components or any(r.component >= n_components for r in rules):
         raise XmlFormatError(f"{where}: expected 4 rules per component ({4 * n_components}), got {len(rules)}")
     modified = _parse_modified(root, where)

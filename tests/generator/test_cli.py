@@ -101,8 +101,8 @@ def test_out_must_be_a_writable_folder(capsys, tmp_path):
     (["--held-out", "color", "--mesh"], "--mesh cannot be combined with --held-out"),
     (["--regime", "A/Color", "--held-out", "size"], "--regime and --held-out exclude each other"),
     (["--regime", "A/Colour"], "argument --regime: invalid choice: 'A/Colour'"),
-    (["--regime", "I-RAVEN-Mesh"], "I-RAVEN-Mesh component is not implemented yet"),
-    (["--mesh"], "I-RAVEN-Mesh component is not implemented yet"),
+    (["--regime", "I-RAVEN-Mesh", "--mode", "original"], "not defined for a Mesh problem"),
+    (["--mesh", "--mode", "original"], "not defined for a Mesh problem"),
     (["--val", "6", "--test", "5"], "--val/--test: val + test must be at most 10 tenths"),
     (["--test", "-1"], "--val/--test: test must be a whole number of tenths >= 0"),
 ])

@@ -388,11 +388,13 @@ def test_invalid_combinations_raise_one_line_errors(call, message):
     assert "\n" not in str(error.value)
 
 
-def test_generating_with_the_mesh_is_refused_until_it_exists(tmp_path):
-    with pytest.raises(NotImplementedError, match="I-RAVEN-Mesh component is not implemented yet"):
-        generate_problem("center_single", np.random.default_rng(0), regime="I-RAVEN-Mesh")
-    with pytest.raises(NotImplementedError):
-        writer.write_dataset(tmp_path / "mesh", ["center_single"], count=1, regime="I-RAVEN-Mesh", progress=False)
+def test_the_mesh_has_no_original_candidates(tmp_path):
+    # The Mesh itself is tested in test_mesh.py; RAVEN (original) candidates never had one.
+    with pytest.raises(ValueError, match="not defined for a Mesh problem"):
+        generate_problem("center_single", np.random.default_rng(0), "original", regime="I-RAVEN-Mesh")
+    with pytest.raises(ValueError, match="not defined for a Mesh problem"):
+        writer.write_dataset(tmp_path / "mesh", ["center_single"], count=1, mode="original", regime="I-RAVEN-Mesh",
+                             progress=False)
     assert not (tmp_path / "mesh").exists(), "refused before anything is written"
 
 
