@@ -9,6 +9,7 @@ module               what
 ``evaluation``       accuracy bars with references and chance, confusions, Table 1, ablations
 ``rule_predictions`` true vs predicted rule vectors, per-rule F1, rule sets compared in words
 ``augmentations``    what each transform of a recipe does to one RPM
+``regimes``          generalisation regimes: rule mix per split kind, accuracy in vs out of distribution
 ==================== =============================================================================
 
 Every ``plot_*`` function takes plain arrays / mappings and returns a ``matplotlib.figure.Figure`` of fixed
@@ -59,6 +60,10 @@ from rpm_lib.viz.rule_predictions import (  # noqa: F401
     rule_comparison_lines,
     sigmoid,
 )
+from rpm_lib.viz.regimes import (  # noqa: F401
+    plot_rule_mix,
+    plot_in_vs_out,
+)
 from rpm_lib.viz.augmentations import (  # noqa: F401
     describe_applied,
     single_transform_examples,
@@ -90,7 +95,9 @@ __all__ = [
     "plot_per_rule_f1",
     "plot_rpm",
     "plot_rule_frequencies",
+    "plot_in_vs_out",
     "plot_rule_heatmap",
+    "plot_rule_mix",
     "rule_comparison_lines",
     "plot_setup_accuracies",
     "plot_table1_comparison",

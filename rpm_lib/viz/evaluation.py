@@ -29,7 +29,7 @@ def confusion_matrix(correct: Sequence[int] | np.ndarray, chosen: Sequence[int] 
     return out
 
 
-def _legend_outside(ax) -> None:
+def legend_outside(ax) -> None:
     """The legend right of the axes: inside, it covered the last bars (O-IG, MLCL+AUG's paper bar)."""
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
@@ -53,7 +53,7 @@ def plot_accuracy_bars(accuracy: Mapping[str, float], reference: Mapping[str, fl
     ax.set_xticks(x, names, rotation=0, fontsize=8)
     ax.set_ylim(0, 105)
     ax.set_ylabel("accuracy (%)")
-    _legend_outside(ax)
+    legend_outside(ax)
     if title:
         ax.set_title(title)
     fig.tight_layout()
@@ -105,7 +105,7 @@ def plot_ablation(series: Mapping[str, Sequence[Any]], parameter: str, reference
     ax.set_ylim(0, 100)
     ax.set_xlabel(parameter)
     ax.set_ylabel("average test accuracy (%)")
-    _legend_outside(ax)
+    legend_outside(ax)
     if not series:
         ax.text(0.5, 0.5, f"no runs vary {parameter}", ha="center", va="center", transform=ax.transAxes)
     ax.set_title(title or f"ablation: {parameter}")
@@ -131,7 +131,7 @@ def plot_table1_comparison(rows: Sequence[Any], title: str | None = None) -> Fig
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylim(0, 105)
     ax.set_ylabel("average test accuracy (%)")
-    _legend_outside(ax)
+    legend_outside(ax)
     ax.set_title(title or "Table 1: ours vs paper")
     fig.tight_layout()
     return fig
