@@ -14,6 +14,8 @@ A batch is described by a YAML file (see ``configs/table1.yaml`` and ``configs/d
       - creates: data/iraven/manifest.json   # `creates` is skipped when that path exists. `python` means
         run: [rpm-generate, --out, data/iraven, --num-per-config, "100"]   # this interpreter; console
                                         #   scripts are also looked up beside it (venv not activated)
+      - creates: data/iraven/manifest.json   # steps sharing `creates`: skipped together; the last one
+        run: [rpm-data, prepare, ...]   #   of them must have made it (else the batch stops)
     fixed: {epochs: 1, interactive: false}   # parameters shared by every run
     grids:                              # or a single grid given as top-level `axes:`
       - name: main
@@ -24,9 +26,12 @@ A batch is described by a YAML file (see ``configs/table1.yaml`` and ``configs/d
           setup:                        #   mapping: label -> parameters (or label -> value of `setup`)
             CE: {setup: ce}
             MLCL+AUG: {setup: mlcl, augment: official}
+          train:                        #   labels keep folder names readable when values are paths / lists
+            A/Color: {data_root: data/a-color, test_data_roots: [data/a-size]}
           seed: [0, 1]
 
-Every run gets the folder ``<out>/<grid>/<axis>-<label>__<axis>-<label>...`` holding ``run.json`` (its
+Every run gets the folder ``<out>/<grid>/<axis>-<label>__<axis>-<label>...`` (labels made file-safe:
+``train-A_Color__setup-MLCL_AUG``) holding ``run.json`` (its
 name, grid, labels, parameters) and the executed notebook(s). Every notebook (template and ``then``) gets
 two more parameters: ``run_dir`` = the run folder (``03_train`` trains into it, so ``metrics.json`` lands
 there; ``04``/``05`` read the run from it) and ``output_dir`` = ``<run folder>/<notebook stem>`` for its
@@ -34,7 +39,8 @@ figures and tables. A run whose folder
 has ``metrics.json`` is finished and skipped on the next invocation (the ``then`` notebooks are re-run only
 when their executed copy is missing or recorded an exception). A failing run leaves its executed notebook
 and ``error.txt``; the other runs go on. At the end ``<out>/results.csv`` (one line per run) and
-``<out>/table1.csv`` / ``<out>/table1.md`` (the paper's Table 1 layout, ``rpm_lib.results``) are written,
+``<out>/table1.csv`` / ``<out>/table1.md`` (the paper's Table 1 layout, ``rpm_lib.results``) and, when runs
+report extra test sets, ``<out>/test_sets.csv`` (one line per run and evaluated set) are written,
 and the ``report`` notebook (if any) is executed into ``<out>/<stem>.ipynb`` with ``batch_dir=<out>`` and
 ``output_dir=<out>/report``.
 
@@ -462,7 +468,9 @@ def _resolve_command(command: Sequence[str]) -> list[str]:
 
 
 def _run_prepare(config: BatchConfig, dry_run: bool, log) -> None:
-    for step in config.prepare:
+    """Run the ``prepare`` steps. Consecutive steps may share one ``creates`` (generate, then cache): each is
+    skipped once that path exists, and only the last step naming it must have made it."""
+    for number, step in enumerate(config.prepare):
         if step.creates is not None and Path(step.creates).exists():
             log(f"prepare: {step.creates} exists, skipping: {' '.join(step.command)}")
             continue
@@ -476,13 +484,15 @@ def _run_prepare(config: BatchConfig, dry_run: bool, log) -> None:
         if result.returncode != 0:
             raise RuntimeError(f"{config.path}: prepare command failed (exit {result.returncode}): "
                                f"{' '.join(step.command)}")
-        if step.creates is not None and not Path(step.creates).exists():
+        last_to_create = all(later.creates != step.creates for later in config.prepare[number + 1:])
+        if step.creates is not None and last_to_create and not Path(step.creates).exists():
             raise RuntimeError(f"{config.path}: prepare command did not create {step.creates}: "
                                f"{' '.join(step.command)}")
 
 
 def gather_results(out: str | Path) -> dict[str, Path]:
-    """Write the batch folder's tables (``rpm_lib.results.write_tables``: results.csv, table1.csv, table1.md)."""
+    """Write the batch folder's tables (``rpm_lib.results.write_tables``: results.csv, table1.csv, table1.md and,
+    when runs report extra test sets, test_sets.csv)."""
     from rpm_lib import results
 
     return results.write_tables(results.load_runs(out), out)
@@ -626,13 +636,15 @@ def build_parser() -> argparse.ArgumentParser:
             "Run a grid of notebook executions with papermill (one run folder per grid point, named from its "
             "parameters), resumably: runs whose folder holds metrics.json are skipped; a failing run keeps its "
             "executed notebook and error.txt and does not stop the others. At the end writes results.csv and "
-            "table1.csv / table1.md (the MLCL paper's Table 1 layout, with the published numbers) into the "
-            "batch folder. The YAML format is described in rpm_lib/batch.py and configs/table1.yaml."),
+            "table1.csv / table1.md (the MLCL paper's Table 1 layout, with the published numbers), and test_sets.csv "
+            "(every run's in- / out-of-distribution test sets) when runs report them, into the batch folder. The "
+            "YAML format is described in rpm_lib/batch.py and configs/table1.yaml."),
         epilog=("examples:\n"
                 "  rpm-batch configs/demo.yaml --dry-run        # print the plan\n"
                 "  rpm-batch configs/demo.yaml --jobs 2\n"
                 "  rpm-batch configs/table1.yaml --jobs 4       # the paper's grid (GPU machine)\n"
                 "  rpm-batch configs/table1.yaml --grid ablation_beta --set max_epochs=10\n"
+                "  rpm-batch configs/regimes_cpu.yaml           # train on a regime, test in / out of distribution\n"
                 "  rpm-batch --gather runs/table1              # only rebuild results.csv / table1.md"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -293,7 +293,7 @@ class Table1Row:
         seeds: seed labels that contributed.
         average, std: mean and sample std (ddof=1; NaN for one seed) over seeds of the per-seed average.
         per_configuration: short configuration name -> mean over seeds.
-        paper: the published row, when the paper has one.
+        paper: the published row, when the paper has one and every run is on I-RAVEN (not another regime).
     """
 
     encoder: str
@@ -354,12 +354,24 @@ def table1(records: Iterable[RunRecord], split: str = "test") -> list[Table1Row]
                 average=mean,
                 std=std,
                 per_configuration=per_config,
-                paper=paper_row(encoder, setup),
+                # The published numbers are I-RAVEN's: no comparison for runs trained on another regime.
+                paper=paper_row(encoder, setup) if all(_on_iraven(rec.metrics) for rec, _ in members) else None,
                 runs=[rec.name for rec, _ in members],
             )
         )
     rows.sort(key=lambda r: (_order_key(r.encoder, r.setup), sorted(r.group.items())))
     return rows
+
+
+def _on_iraven(metrics: Mapping[str, Any] | None) -> bool:
+    """Whether a run's data is (or may be) plain I-RAVEN: its main test set's regime (``test_sets``, from the
+    data's ``regime.json``) is I-RAVEN or not recorded."""
+    from rpm_lib.generator.regimes import IRAVEN
+
+    for entry in (metrics or {}).get("test_sets") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == "test":
+            return entry.get("regime") in (None, IRAVEN.name)
+    return True
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -475,6 +487,38 @@ def runs_table(records: Iterable[RunRecord], split: str = "test") -> tuple[list[
     return header, rows
 
 
+def eval_sets_table(records: Iterable[RunRecord]) -> tuple[list[str], list[list[Any]]]:
+    """One row per (finished run, evaluated set) from the runs' ``metrics.json`` ``test_sets``
+    (``rpm_lib.training.eval_sets``): the "train regime x test set" view of a batch.
+
+    Columns: ``name, grid``, every label axis seen, ``set, split, regime, distribution, num_samples``,
+    ``accuracy`` (over all problems of the set), ``Average`` and the 7 configurations (percent; ``Average`` is the
+    mean over the configurations present, as in Table 1, and the overall accuracy when the set has no
+    per-configuration accuracy). Runs without ``test_sets`` are left out.
+    """
+    records = [r for r in records if r.metrics is not None and r.metrics.get("test_sets")]
+    axes: list[str] = []
+    for rec in records:
+        for k in rec.labels:
+            if k not in axes:
+                axes.append(k)
+    header = ["name", "grid", *axes, "set", "split", "regime", "distribution", "num_samples", "accuracy",
+              "Average", *CONFIGURATION_COLUMNS]
+    rows = []
+    for rec in records:
+        for entry in rec.metrics["test_sets"]:  # type: ignore[index]
+            where = f"{rec.run_dir / 'metrics.json'} [test_sets {entry.get('name')}]"
+            per_config = {"test_accuracy_per_configuration": entry.get("accuracy_per_configuration"),
+                          "test_accuracy": entry.get("accuracy")}
+            acc = run_accuracies({k: v for k, v in per_config.items() if v is not None}, "test", where)
+            rows.append([rec.name, rec.grid, *(rec.labels.get(a, "") for a in axes), entry.get("name"),
+                         entry.get("split"), entry.get("regime") or "", entry.get("distribution"),
+                         entry.get("num_samples"), round(_as_percent(entry.get("accuracy"), where), 4),
+                         *("" if acc.get(c) is None else round(acc[c], 4)
+                           for c in ["Average", *CONFIGURATION_COLUMNS])])
+    return header, rows
+
+
 def write_csv(header: Sequence[str], rows: Iterable[Sequence[Any]], path: str | Path) -> Path:
     """Write ``header`` + ``rows`` as CSV (creating the parent folder)."""
     path = Path(path)
@@ -547,8 +591,11 @@ def write_tables(records: Sequence[RunRecord], out_dir: str | Path, main_grid: s
     """Write ``results.csv`` (one row per run), ``table1.csv`` and ``table1.md`` (Table 1 of
     :func:`table1_records`, beside the published numbers when ``with_paper``) into ``out_dir``.
 
+    With runs that report ``test_sets`` (every run of a current ``rpm_lib.training``) also ``test_sets.csv``
+    (:func:`eval_sets_table`).
+
     Returns:
-        ``{"results_csv", "table1_csv", "table1_md"}`` -> the paths written.
+        ``{"results_csv", "table1_csv", "table1_md"}`` (+ ``"test_sets_csv"``) -> the paths written.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -556,5 +603,9 @@ def write_tables(records: Sequence[RunRecord], out_dir: str | Path, main_grid: s
     table = table1(table1_records(records, main_grid))
     md = out_dir / "table1.md"
     md.write_text(table1_markdown(table, with_paper=with_paper))
-    return {"results_csv": write_csv(header, rows, out_dir / "results.csv"),
-            "table1_csv": write_table1(table, out_dir / "table1.csv", with_paper=with_paper), "table1_md": md}
+    paths = {"results_csv": write_csv(header, rows, out_dir / "results.csv"),
+             "table1_csv": write_table1(table, out_dir / "table1.csv", with_paper=with_paper), "table1_md": md}
+    sets_header, sets_rows = eval_sets_table(records)
+    if sets_rows:
+        paths["test_sets_csv"] = write_csv(sets_header, sets_rows, out_dir / "test_sets.csv")
+    return paths

@@ -304,3 +304,134 @@ def test_a_misspelled_parameter_is_refused_before_anything_runs(tmp_path):
                                                      r"03_train.ipynb \(did you mean 'batch_size'\?\)"):
         batch.run_batch(config, dry_run=True, quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Train regime x test regime
+# ----------------------------------------------------------------------------------------------
+def test_a_grid_varies_the_training_folder_and_its_test_folders_with_readable_names(tmp_path):
+    """Labelled axis values set a path and a list of paths together; the label, not the path, names the run."""
+    template = _notebook(tmp_path / "t.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\ndata_root: str = ""\n'
+                         "test_data_roots: list = None\nsetup: str = 'ce'\n", "pass\n")
+    cfg = batch.load_batch_config(_write_config(tmp_path / "b.yaml", f"""
+template: {template}
+out: {tmp_path / 'out'}
+axes:
+  train:
+    A/Color: {{data_root: data/A-Color, test_data_roots: [data/A-Size, data/A-Type]}}
+    I-RAVEN: {{data_root: data/iraven, test_data_roots: null}}
+  test:
+    own: {{}}
+    A/Size: {{test_data_roots: [data/A-Size]}}
+  setup: [ce]
+"""))
+    specs = batch.expand_grid(cfg)
+    batch.check_parameters(cfg, specs)
+    assert [s.name for s in specs] == ["train-A_Color__test-own__setup-ce", "train-A_Color__test-A_Size__setup-ce",
+                                       "train-I_RAVEN__test-own__setup-ce",
+                                       "train-I_RAVEN__test-A_Size__setup-ce"]
+    assert specs[0].labels == {"train": "A/Color", "test": "own", "setup": "ce"}
+    assert specs[0].parameters == {"data_root": "data/A-Color", "test_data_roots": ["data/A-Size", "data/A-Type"],
+                                   "setup": "ce"}
+    assert specs[1].parameters["test_data_roots"] == ["data/A-Size"]  # a later axis wins
+    assert specs[2].parameters["test_data_roots"] is None
+
+
+def _regime_specs(name, monkeypatch):
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    cfg = batch.load_batch_config(root / "configs" / name)
+    return cfg, batch.expand_grid(cfg)
+
+
+@pytest.mark.parametrize("name", ["regimes.yaml", "regimes_cpu.yaml"])
+def test_regime_batches_expand_to_the_train_regime_grid_and_pass_the_checks(name, monkeypatch, capsys):
+    from rpm_lib.generator.regimes import PRIMARY_REGIMES
+    from rpm_lib.training import TrainConfig
+
+    cfg, specs = _regime_specs(name, monkeypatch)
+    batch.check_parameters(cfg, specs)
+    assert len(specs) == len(PRIMARY_REGIMES) * 2
+    assert {s.labels["train"] for s in specs} == set(PRIMARY_REGIMES)
+    assert {s.parameters["setup"] for s in specs} == {"ce_aux_sparse", "mlcl_aug"}
+    assert "train-A_Color__setup-CE_AUX_sparse" in {s.name for s in specs}
+    roots = {s.labels["train"]: s.parameters["data_root"] for s in specs}
+    assert len(set(roots.values())) == len(PRIMARY_REGIMES)
+    for spec in specs:
+        config = TrainConfig.from_dict({**spec.parameters, "run_dir": "runs/x"}, source=f"{name} {spec.name}")
+        assert config.encoder == "scl" and config.progress_bar is False and config.resume is True
+        # Tested on every other primary regime's test split, never on its own folder twice.
+        assert sorted(config.test_data_roots) == sorted(r for t, r in roots.items() if t != spec.labels["train"])
+    # Every folder a run reads is made by a prepare step (regime named), and its cache by the next step.
+    prepare = [" ".join(step.command) for step in cfg.prepare]
+    for regime, root in roots.items():
+        assert any(f"--regime {regime} " in cmd and f"--out {root.rsplit('-', 1)[0]} " in cmd for cmd in prepare)
+        assert any(cmd.startswith("rpm-data prepare") and f"--out {root} " in cmd for cmd in prepare)
+    sizes = {s.parameters["image_size"] for s in specs}
+    if name == "regimes.yaml":
+        assert sizes == {80} and all("--num-per-config 10000" in c for c in prepare if "rpm-generate" in c)
+        assert {s.parameters["max_epochs"] for s in specs} == {100}
+    else:
+        assert max(sizes) <= 48 and all(s.parameters["accelerator"] == "cpu" for s in specs)
+    # The batch's own check mode: a dry run plans every run and writes nothing.
+    assert batch.main([str(cfg.path), "--dry-run", "--out", "/nonexistent/regimes-dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("[planned]") == len(specs) and not Path("/nonexistent").exists()
+
+
+def test_gathering_writes_one_line_per_run_and_test_set(tmp_path):
+    import csv
+
+    from rpm_lib import results
+
+    run = tmp_path / "out" / "main" / "train-A_Color"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"name": run.name, "grid": "main", "labels": {"train": "A/Color"},
+                                              "parameters": {}}))
+    per_config = {c: 0.5 for c in CONFIGURATIONS}
+    sets = [{"name": "test", "split": "test", "regime": "A/Color", "distribution": "out-of-distribution",
+             "accuracy": 0.5, "accuracy_per_configuration": per_config, "num_samples": 8},
+            {"name": "val", "split": "val", "regime": "A/Color", "distribution": "in-distribution",
+             "accuracy": 0.75, "accuracy_per_configuration": {**per_config, CONFIGURATIONS[0]: 1.0}, "num_samples": 8},
+            {"name": "A-Size", "split": "test", "regime": "A/Size", "distribution": "out-of-distribution",
+             "accuracy": 0.25, "accuracy_per_configuration": per_config, "num_samples": 4}]
+    (run / "metrics.json").write_text(json.dumps({"test_accuracy": 0.5, "test_accuracy_per_configuration": per_config,
+                                                  "test_sets": sets}))
+    paths = batch.gather_results(tmp_path / "out")
+    rows = list(csv.DictReader(paths["test_sets_csv"].open()))
+    assert [(r["train"], r["set"], r["regime"], r["distribution"]) for r in rows] == [
+        ("A/Color", "test", "A/Color", "out-of-distribution"), ("A/Color", "val", "A/Color", "in-distribution"),
+        ("A/Color", "A-Size", "A/Size", "out-of-distribution")]
+    assert [float(r["accuracy"]) for r in rows] == [50.0, 75.0, 25.0]
+    assert float(rows[1]["Average"]) == pytest.approx(100 * (1.0 + 6 * 0.5) / 7) and float(rows[1]["Center"]) == 100
+    # Table 1 sets no I-RAVEN paper numbers beside a run trained on another regime.
+    (row,) = results.table1(results.load_runs(tmp_path / "out"))
+    assert row.paper is None and row.group == {"train": "A/Color"}
+    # Runs without test sets (older runs) give no file.
+    (run / "metrics.json").write_text(json.dumps({"test_accuracy": 0.5}))
+    assert "test_sets_csv" not in results.write_tables(results.load_runs(tmp_path / "out"), tmp_path / "t2")
+
+
+def test_prepare_steps_sharing_creates_run_and_skip_together(tmp_path, fake_templates):
+    """Generate then cache: both steps name the cache; only the last of them has to make it."""
+    train, _ = fake_templates
+    raw, cache = tmp_path / "raw.txt", tmp_path / "cache.txt"
+
+    def step(path: Path) -> str:
+        return f"""  - creates: {cache}
+    run: [{sys.executable}, -c, "import pathlib; pathlib.Path(r'{path}').write_text('x')"]
+"""
+
+    cfg = batch.load_batch_config(_write_config(tmp_path / "b.yaml", f"template: {train}\naxes: {{seed: [0]}}\n"
+                                                "prepare:\n" + step(raw) + step(cache)))
+    lines: list[str] = []
+    batch._run_prepare(cfg, False, lines.append)
+    assert raw.is_file() and cache.is_file()
+    raw.unlink()
+    batch._run_prepare(cfg, False, lines.append)
+    assert not raw.exists() and sum("exists, skipping" in line for line in lines) == 2
+    cache.unlink()
+    broken = batch.load_batch_config(_write_config(tmp_path / "c.yaml", f"template: {train}\naxes: {{seed: [0]}}\n"
+                                                   "prepare:\n" + step(raw) + step(raw)))
+    with pytest.raises(RuntimeError, match=f"prepare command did not create {cache}"):
+        batch._run_prepare(broken, False, lines.append)

@@ -10,7 +10,8 @@ Python API (what notebooks call; ``rpm-train`` runs exactly the same)::
 Modules: ``config`` (TrainConfig, YAML, key=value overrides), ``setups`` (ce, ce_aux_dense, ce_aux_sparse, mlcl,
 mlcl_aug and their stages), ``module`` (RpmModule, the LightningModule), ``datamodule`` (RpmDataModule and
 deterministic sampling), ``distributed`` (MLCL gathering under DDP), ``metrics`` / ``evaluation`` (accuracy
-per configuration, rule metrics, predictions), ``run`` (``train``), ``cli`` (``rpm-train``).
+per configuration, rule metrics, predictions), ``eval_sets`` (the evaluated sets, extra ``test_data_roots``, in /
+out-of-distribution labels), ``run`` (``train``), ``cli`` (``rpm-train``).
 Heavy imports (torch, lightning) happen on first use of ``train`` / ``RpmModule`` / ``RpmDataModule``.
 """
 from __future__ import annotations

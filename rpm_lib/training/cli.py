@@ -2,6 +2,7 @@
 
     rpm-train --config configs/iraven.yaml setup=mlcl_aug encoder=scl seed=1 run_dir=runs/scl_mlcl_aug_s1
     rpm-train --config configs/tiny.yaml --print-config        # show the resolved config and exit
+    rpm-train --config configs/tiny.yaml test_data_roots=[data/other-regime]   # also test on another folder
     torchrun --nproc-per-node 4 -m rpm_lib.training.cli --config configs/iraven.yaml devices=4 strategy=ddp
 
 It runs exactly what ``rpm_lib.training.train(TrainConfig.from_yaml(...))`` runs in a notebook.
@@ -83,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = {k: metrics[k] for k in ("setup", "encoder", "test_accuracy", "test_accuracy_per_configuration_short",
                                            "test_accuracy_per_regime") if k in metrics}
         print(json.dumps(summary, indent=2))
+        for entry in metrics.get("test_sets", []):
+            print(f"  {entry['name']:>12s} ({entry['split']}, {entry['regime'] or 'no regime.json'}): "
+                  f"{100 * entry['accuracy']:.1f}% on {entry['num_samples']} problems, {entry['distribution']}")
         print(f"rpm-train: results in {config.run_dir}/metrics.json")
     return 0
 

@@ -73,6 +73,11 @@ class TrainConfig:
                           choices=DATASETS)
     data_root: str = _field("data/iraven", "dataset folder: raw files or an 80 px cache made by "
                             "`rpm-data prepare`", "data")
+    test_data_roots: Union[list[str], None] = _field(None, "extra test sets: after training, the final model is "
+                                                     "evaluated on the test split of each of these folders (raw or "
+                                                     "cache) and each is reported in metrics.json test_sets, labelled "
+                                                     "in- or out-of-distribution from regime.json "
+                                                     "(docs/generalisation.md); null = none", "data")
     pgm_regime: str = _field("neutral", "PGM regime to train and test on (dataset=pgm only)", "data")
     configurations: Union[list[str], None] = _field(None, "I-RAVEN configurations to use (folder or short "
                                                     "names, e.g. [Center, 2x2Grid]); null = all 7", "data")
@@ -81,11 +86,14 @@ class TrainConfig:
                                 "(dense for ce_aux_dense, sparse38 / sparse50 otherwise), dense, sparse38, "
                                 "sparse40 (RAVEN), sparse50 (PGM)", "data", choices=RULE_ENCODINGS)
     generate: bool = _field(False, "first generate generate_num_per_config balanced I-RAVEN problems per "
-                            "configuration into data_root (resumable; existing problems are kept; skipped for a "
-                            "cache; dataset=iraven only)", "data")
+                            "configuration (in the regime generate_regime) into data_root (resumable; existing "
+                            "problems are kept; skipped for a cache; dataset=iraven only)", "data")
     generate_num_per_config: int = _field(100, "problems per configuration to generate (split 60/20/20 by "
                                           "index)", "data", minimum=10)
     generate_seed: int = _field(0, "generator seed", "data", minimum=0)
+    generate_regime: str = _field("I-RAVEN", "generalisation regime of the generated data (e.g. A/Color: the "
+                                  "held-out attribute follows one rule in train/val and other rules in test); "
+                                  "only with generate=true", "data")
     generate_workers: int = _field(0, "generator worker processes (0 = in-process)", "data", minimum=0)
     max_train_samples: Union[int, None] = _field(None, "use a seeded random subset of this many training "
                                                  "problems (null = all)", "data", minimum=1)
@@ -299,6 +307,8 @@ class TrainConfig:
     def _normalise(self) -> None:
         if self.configurations is not None:
             self.configurations = normalise_configurations(self.configurations)
+        if self.test_data_roots is not None:
+            self.test_data_roots = normalise_test_data_roots(self.test_data_roots)
         if isinstance(self.devices, str) and self.devices != "auto":
             raise ConfigError(f"config field 'devices': expected 'auto', a count or a list of ids, got {self.devices!r}")
         if isinstance(self.devices, int) and self.devices < 1 and self.devices != -1:
@@ -321,6 +331,7 @@ class TrainConfig:
             raise ConfigError("config fields 'beta' and 'gamma': both are 0, so pre-training would have no loss")
         if self.generate and self.dataset != "iraven":
             raise ConfigError("config field 'generate': the built-in generator only makes I-RAVEN (dataset=iraven)")
+        _check_generate_regime(self.generate_regime, self.generate)
         if "image_size" in self.encoder_kwargs:
             raise ConfigError("config field 'encoder_kwargs': do not set image_size here; use the image_size field")
         if self.resume and self.overwrite:
@@ -392,6 +403,36 @@ def normalise_configurations(names: list[str]) -> list[str]:
         return resolve_configurations(names, allow_duplicates=False)
     except ValueError as error:
         raise ConfigError(f"config field 'configurations': {error}") from None
+
+
+def normalise_test_data_roots(roots: list[str]) -> list[str] | None:
+    """``test_data_roots`` checked: non-empty path strings, each once; an empty list means none (``None``).
+
+    Existence is checked by ``train`` (before training), not here: a config may be written before its data.
+
+    Raises:
+        ConfigError: an empty entry or a duplicate.
+    """
+    seen: set[str] = set()
+    for root in roots:
+        if not root.strip():
+            raise ConfigError("config field 'test_data_roots': an entry is empty; give a dataset folder or cache")
+        key = str(Path(root))
+        if key in seen:
+            raise ConfigError(f"config field 'test_data_roots': {root} is listed twice")
+        seen.add(key)
+    return list(roots) or None
+
+
+def _check_generate_regime(name: str, generate: bool) -> None:
+    """``generate_regime`` must name a known regime, and a non-default one only makes sense with ``generate``."""
+    from rpm_lib.training.eval_sets import DEFAULT_REGIME, known_regimes
+
+    known = known_regimes()
+    _check_known("generate_regime", "regime", name, known)
+    if name != DEFAULT_REGIME and not generate:
+        raise ConfigError(f"config field 'generate_regime': {name} has no effect without generate=true (data_root "
+                          "is used as it is); set generate=true or leave generate_regime at its default")
 
 
 def _check_known(field: str, what: str, value: str, known: list[str], extra: str = "") -> None:

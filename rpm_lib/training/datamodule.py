@@ -44,14 +44,22 @@ def group_names(config: TrainConfig) -> tuple[str, ...]:
 
 
 def make_dataset(config: TrainConfig, split: str, *, num_views: int = 1, transform: Any = None,
-                 answer_order: str | None = None) -> Dataset:
-    """The ``rpm_lib.data`` dataset of ``split`` for ``config`` (raw folder or cache, detected by the reader)."""
+                 answer_order: str | None = None, root: str | Path | None = None) -> Dataset:
+    """The ``rpm_lib.data`` dataset of ``split`` for ``config`` (raw folder or cache, detected by the reader).
+
+    ``root``: another folder read with the run's settings (an extra test set); default ``config.data_root``.
+    """
     from rpm_lib.data import PgmDataset, RavenDataset
 
-    root = Path(config.data_root)
-    if not root.exists():
-        raise ConfigError(f"config field 'data_root': {root} does not exist (set generate=true to create a small "
-                          "I-RAVEN there, or point it at a dataset / cache)")
+    if root is not None:
+        root = Path(root)
+        if not root.exists():
+            raise ConfigError(f"config field 'test_data_roots': {root} does not exist")
+    else:
+        root = Path(config.data_root)
+        if not root.exists():
+            raise ConfigError(f"config field 'data_root': {root} does not exist (set generate=true to create a "
+                              "small I-RAVEN there, or point it at a dataset / cache)")
     layout = config.rule_spec.dataset_layout
     common = dict(image_size=config.image_size, answer_order=answer_order, seed=config.seed, transform=transform,
                   num_views=num_views)
@@ -183,8 +191,11 @@ class RpmDataModule(L.LightningDataModule):
 
         ensure_generated(self.config)
 
-    def make_split(self, split: str, *, training: bool = False) -> SeededSamples:
-        """The view of ``split``: training = this stage's views + augmentation and seeded answer shuffling."""
+    def make_split(self, split: str, *, training: bool = False, root: str | Path | None = None) -> SeededSamples:
+        """The view of ``split``: training = this stage's views + augmentation and seeded answer shuffling.
+
+        ``root``: read ``split`` of another folder (an extra test set) instead of ``data_root``.
+        """
         cfg = self.config
         limit = {"train": cfg.max_train_samples, "val": cfg.max_val_samples, "test": cfg.max_test_samples}[split]
         augmenter = None
@@ -193,9 +204,10 @@ class RpmDataModule(L.LightningDataModule):
 
             augmenter = RpmAugment(self.plan.augment, seed=cfg.seed, save_applied_params=False)
         base = make_dataset(cfg, split, num_views=self.plan.num_views if training else 1, transform=augmenter,
-                            answer_order="random" if training else "fixed")
+                            answer_order="random" if training else "fixed", root=root)
         if len(base) == 0:
-            raise ConfigError(f"config field 'data_root': no {split} problems found in {cfg.data_root}")
+            field = "data_root" if root is None else "test_data_roots"
+            raise ConfigError(f"config field '{field}': no {split} problems found in {root or cfg.data_root}")
         positions = subset_positions(len(base), limit, cfg.seed, split)
         return SeededSamples(base, self.rule_key, positions)
 
@@ -231,9 +243,10 @@ class RpmDataModule(L.LightningDataModule):
         rank, world = self._world()
         return self._loader(self.val_set, self.plan.batch_size, False, rank, world)
 
-    def eval_dataloader(self, split: str) -> DataLoader:
-        """Unsharded loader over a whole val / test split (final evaluation runs on one process)."""
-        return self._loader(self.make_split(split), self.plan.batch_size, False, 0, 1)
+    def eval_dataloader(self, split: str, root: str | Path | None = None) -> DataLoader:
+        """Unsharded loader over a whole val / test split (final evaluation runs on one process), of ``data_root``
+        or of another folder ``root`` (an extra test set)."""
+        return self._loader(self.make_split(split, root=root), self.plan.batch_size, False, 0, 1)
 
 
 def _pin_memory(config: TrainConfig) -> bool:

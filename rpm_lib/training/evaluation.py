@@ -108,33 +108,39 @@ def predict(module: torch.nn.Module, loader: DataLoader, device: torch.device, p
     )
 
 
-def summarize(predictions: Predictions, config: TrainConfig, split: str) -> dict[str, Any]:
-    """Metrics of one split, as flat ``metrics.json`` keys prefixed by ``split``.
+def answer_summary(predictions: Predictions, config: TrainConfig) -> dict[str, Any]:
+    """Metrics of one evaluated set, unprefixed (accuracies are fractions in [0, 1]).
 
-    Keys: ``<split>_accuracy`` (fraction), ``<split>_loss`` (answer cross-entropy), ``<split>_num_samples``,
-    and for I-RAVEN ``<split>_accuracy_per_configuration`` ``{folder name: fraction}`` plus
-    ``<split>_accuracy_per_configuration_short`` ``{Center: fraction, ...}`` and the sample counts
-    ``<split>_num_samples_per_configuration``; for PGM ``<split>_accuracy_per_regime``. With a rule head:
-    ``<split>_rules`` (see :func:`rpm_lib.training.metrics.rule_metrics`).
+    Keys: ``accuracy``, ``loss`` (answer cross-entropy), ``num_samples``, and for I-RAVEN
+    ``accuracy_per_configuration`` ``{folder name: fraction}``, ``accuracy_per_configuration_short``
+    ``{Center: fraction, ...}`` and ``num_samples_per_configuration``; for PGM ``accuracy_per_regime``. With a rule
+    head: ``rules`` (see :func:`rpm_lib.training.metrics.rule_metrics`).
     """
     from rpm_lib.training.datamodule import group_names
 
     p = predictions
     loss = F.cross_entropy(torch.from_numpy(p.scores), torch.from_numpy(p.target)).item()
     out: dict[str, Any] = {
-        f"{split}_accuracy": accuracy(p.predicted, p.target),
-        f"{split}_loss": loss,
-        f"{split}_num_samples": int(len(p.target)),
+        "accuracy": accuracy(p.predicted, p.target),
+        "loss": loss,
+        "num_samples": int(len(p.target)),
     }
     groups = accuracy_by_group(p.predicted, p.target, p.configuration, group_names(config))
     if config.dataset == "iraven":
-        out[f"{split}_accuracy_per_configuration"] = {name: v["accuracy"] for name, v in groups.items()}
-        out[f"{split}_accuracy_per_configuration_short"] = {SHORT_NAMES[name]: v["accuracy"]
-                                                            for name, v in groups.items()}
-        out[f"{split}_num_samples_per_configuration"] = {name: v["num_samples"] for name, v in groups.items()}
+        out["accuracy_per_configuration"] = {name: v["accuracy"] for name, v in groups.items()}
+        out["accuracy_per_configuration_short"] = {SHORT_NAMES[name]: v["accuracy"] for name, v in groups.items()}
+        out["num_samples_per_configuration"] = {name: v["num_samples"] for name, v in groups.items()}
     else:
-        out[f"{split}_accuracy_per_regime"] = {name: v["accuracy"] for name, v in groups.items()}
+        out["accuracy_per_regime"] = {name: v["accuracy"] for name, v in groups.items()}
     if p.rule_logits is not None:
-        names = config.rule_spec.slot_names()
-        out[f"{split}_rules"] = rule_metrics(p.rule_logits, p.rules, names)
+        out["rules"] = rule_metrics(p.rule_logits, p.rules, config.rule_spec.slot_names())
     return out
+
+
+def summarize(predictions: Predictions, config: TrainConfig, split: str) -> dict[str, Any]:
+    """Metrics of one split, as flat ``metrics.json`` keys prefixed by ``split``: the keys of
+    :func:`answer_summary` as ``<split>_accuracy``, ``<split>_loss``, ``<split>_num_samples``,
+    ``<split>_accuracy_per_configuration`` (+ ``_short``), ``<split>_num_samples_per_configuration`` (I-RAVEN),
+    ``<split>_accuracy_per_regime`` (PGM) and ``<split>_rules`` (with a rule head).
+    """
+    return {f"{split}_{key}": value for key, value in answer_summary(predictions, config).items()}

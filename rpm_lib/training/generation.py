@@ -1,4 +1,5 @@
-"""``generate=true``: make a small balanced I-RAVEN in ``data_root`` with the built-in generator."""
+"""``generate=true``: make a small balanced I-RAVEN (or one of its generalisation regimes) in ``data_root`` with the
+built-in generator."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +8,8 @@ from rpm_lib.training.config import TrainConfig
 
 
 def ensure_generated(config: TrainConfig) -> bool:
-    """Generate ``generate_num_per_config`` problems per configuration into ``config.data_root`` if asked.
+    """Generate ``generate_num_per_config`` problems per configuration of regime ``generate_regime`` (6/2/2 split)
+    into ``config.data_root`` if asked.
 
     Runs only when ``config.generate`` is true and ``data_root`` is not an ``rpm-data`` cache. The generator
     is resumable and deterministic (problem k of configuration c depends on (seed, c, k) only), so an
@@ -30,6 +32,7 @@ def ensure_generated(config: TrainConfig) -> bool:
         count=config.generate_num_per_config,
         seed=config.generate_seed,
         mode="balanced",
+        regime=config.generate_regime,  # the generator refuses a folder holding another regime or seed
         workers=max(1, config.generate_workers),
         write_xml=False,  # the readers use only the .npz files; skipping .xml saves ~25 %
         progress=config.progress_bar,

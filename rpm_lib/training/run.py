@@ -6,8 +6,11 @@ Run folder (``config.run_dir``)::
     checkpoints/<stage>/ last.ckpt (every epoch) and best.ckpt (lowest val loss) of each stage
     progress.json        finished stages and their summaries (what `resume` skips)
     history.csv          stage, epoch, step, train_loss, val_loss, val_accuracy, lr
-    metrics.json         final val / test metrics, per configuration, rule metrics, config, seed, versions
+    metrics.json         final val / test metrics, per configuration, rule metrics, config, seed, versions, and
+                         test_sets: one entry per evaluated set (val, test, every test_data_roots folder) labelled
+                         in- / out-of-distribution (rpm_lib.training.eval_sets)
     predictions.npz      per-sample test predictions (see rpm_lib.training.evaluation.Predictions)
+    predictions_<name>.npz   the same for each extra test set
 
 Resume: with ``resume=true`` finished stages are skipped (their weights reloaded) and the interrupted
 stage continues from its ``last.ckpt`` (weights, optimiser, early stopping, epoch counter). Because all
@@ -37,19 +40,23 @@ from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLim
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
-from rpm_lib.training.evaluation import predict, summarize
+from rpm_lib.training.eval_sets import (EvalSet, check_extra_sets, extra_sets, main_sets, read_regime,
+                                        set_entry)
+from rpm_lib.training.evaluation import answer_summary, predict
 from rpm_lib.training.module import RpmModule
 from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.setups import SETUPS, StagePlan, stage_plan
 
 #: Files and folders of a run that ``overwrite`` deletes and ``resume`` continues.
 RUN_ARTIFACTS: tuple[str, ...] = ("checkpoints", "progress.json", "history.csv", "metrics.json", "predictions.npz")
+#: The per-set prediction files of extra test sets (``predictions_<name>.npz``), also deleted by ``overwrite``.
+EXTRA_PREDICTIONS_GLOB = "predictions_*.npz"
 
 #: Fields that may change between an interrupted run and its resumption (everything else must match).
 RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
     "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
-    "patience", "min_delta", "limit_test_batches", "generate_workers",
+    "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots",
 })
 
 
@@ -85,6 +92,9 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     if not config.generate and not Path(config.data_root).exists():
         raise ConfigError(f"config field 'data_root': {config.data_root} does not exist (set generate=true to create "
                           "a small I-RAVEN there, or point it at a dataset / cache)")
+    if Path(config.data_root).exists():
+        read_regime(config.data_root)  # a broken regime.json fails now, not after training
+    check_extra_sets(config)
     began = time.perf_counter()
     run_dir = Path(config.run_dir)
     rank = _launch_rank()
@@ -282,20 +292,36 @@ def _eval_device(config: TrainConfig, trainer: L.Trainer | None) -> torch.device
 
 def _evaluate(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule, trainer: L.Trainer | None,
               run_dir: Path) -> dict[str, Any]:
+    """Final metrics: the flat val / test keys (unchanged) and ``test_sets``, one entry per evaluated set."""
     device = _eval_device(config, trainer)
     precision = resolve_precision(config)
     # A fine-tuned run is not the paper's linear evaluation: its label says so (Table 1 rows stay linear-eval).
     label = SETUPS[config.setup].label + ("+FT" if config.finetune else "")
     metrics: dict[str, Any] = {"setup": config.setup, "setup_label": label,
                                "encoder": config.encoder, "dataset": config.dataset}
-    for split in ("val", "test"):
-        limit = config.limit_test_batches if split == "test" else config.limit_val_batches
-        predictions = predict(module, datamodule.eval_dataloader(split), device, precision, limit,
-                              progress=config.progress_bar, desc=f"evaluate {split}")
-        metrics.update(summarize(predictions, config, split))
-        if split == "test" and config.save_predictions:
-            predictions.save(run_dir / "predictions.npz")
+    # Read after training: with generate=true the data (and its regime.json) exist only from the first stage on.
+    trained = read_regime(config.data_root)
+    entries = []
+    for eval_set in [*main_sets(config), *extra_sets(config)]:
+        summary = _evaluate_set(config, module, datamodule, eval_set, device, precision, run_dir)
+        if eval_set.main:
+            metrics.update({f"{eval_set.split}_{key}": value for key, value in summary.items()})
+        evaluated = trained if eval_set.main else read_regime(eval_set.data_root, field="test_data_roots")
+        entries.append(set_entry(eval_set, summary, trained, evaluated))
+    metrics["test_sets"] = entries
     return metrics
+
+
+def _evaluate_set(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule, eval_set: EvalSet,
+                  device: torch.device, precision: str, run_dir: Path) -> dict[str, Any]:
+    """Predict one set with the final weights, save its predictions (test splits), return its summary."""
+    limit = config.limit_val_batches if eval_set.split == "val" else config.limit_test_batches
+    loader = datamodule.eval_dataloader(eval_set.split, root=None if eval_set.main else eval_set.data_root)
+    desc = f"evaluate {eval_set.split}" if eval_set.main else f"evaluate {eval_set.name} (test)"
+    predictions = predict(module, loader, device, precision, limit, progress=config.progress_bar, desc=desc)
+    if eval_set.split == "test" and config.save_predictions:
+        predictions.save(run_dir / eval_set.predictions_file)
+    return answer_summary(predictions, config)
 
 
 def _provenance(config: TrainConfig, seconds: float) -> dict[str, Any]:
@@ -352,6 +378,7 @@ def _launch_rank() -> int:
 
 def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
     present = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
+    present += sorted(p.name for p in run_dir.glob(EXTRA_PREDICTIONS_GLOB)) if run_dir.is_dir() else []
     if present and not config.resume:
         if not config.overwrite:
             raise ConfigError(

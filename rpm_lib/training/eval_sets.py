@@ -1,0 +1,325 @@
+"""The sets a finished run is evaluated on, and whether each is in or out of the training distribution.
+
+After training, the final model is evaluated on the training data's ``val`` and ``test`` splits (as before) and
+on the ``test`` split of every folder in ``TrainConfig.test_data_roots``. Each becomes one entry of
+``metrics["test_sets"]`` (see :func:`set_entry`), labelled ``"in-distribution"``, ``"out-of-distribution"`` or
+``"unknown"`` from the ``regime.json`` the generator writes into every folder it makes
+(docs/generalisation.md, "How in / out is decided"):
+
+* neither folder has a ``regime.json`` (or only one has) -> ``unknown``: nothing says what the data are;
+* different regimes (name, held-out groups, mesh or generator mode differ) -> ``out-of-distribution``;
+* same regime, a train-like split (``train`` / ``val``) -> ``in-distribution``;
+* same regime, the ``test`` split -> ``out-of-distribution`` when the regime holds attribute groups out
+  (their rules in test differ from train/val), else ``in-distribution``.
+
+A cache made by ``rpm-data prepare`` has no ``regime.json`` of its own: the one of the raw folder it was built
+from (``manifest.json`` ``plan.source_root``) is used while that folder exists.
+
+An out-of-distribution set may still hold configurations whose rules are drawn exactly as in training (in
+A/Position only the grids can change Number/Position, so the Center, L-R, U-D and O-IC test problems are
+in-distribution); each entry lists them in ``configurations_in_distribution`` (:func:`unshifted_configurations`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rpm_lib.generator.regimes import IRAVEN, REGIMES, Regime, check_supported
+from rpm_lib.generator.writer import REGIME_FILE
+from rpm_lib.rules import CONFIGURATIONS, RULE_GROUPS
+from rpm_lib.training.config import ConfigError, TrainConfig
+
+#: The regime of plain (balanced) I-RAVEN: nothing held out (``generate_regime``'s default).
+DEFAULT_REGIME = IRAVEN.name
+IN_DISTRIBUTION = "in-distribution"
+OUT_OF_DISTRIBUTION = "out-of-distribution"
+UNKNOWN = "unknown"
+#: The values of an entry's ``distribution``.
+DISTRIBUTIONS: tuple[str, ...] = (IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, UNKNOWN)
+#: Splits whose rules follow the training distribution in every regime (a regime changes rules in ``test`` only).
+TRAINLIKE_SPLITS: tuple[str, ...] = ("train", "val")
+#: Names of the entries of the training data's own splits.
+MAIN_SET_NAMES: tuple[str, ...] = ("val", "test")
+
+
+def known_regimes() -> list[str]:
+    """Names ``generate_regime`` accepts: the generator's registered regimes it can make."""
+    names = []
+    for name, regime in REGIMES.items():
+        try:
+            check_supported(regime)
+        except NotImplementedError:
+            continue
+        names.append(name)
+    return names
+
+
+# ----------------------------------------------------------------------------------------------
+# regime.json
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class RegimeInfo:
+    """What a folder's ``regime.json`` says about its distribution.
+
+    Attributes:
+        regime: the generator's :class:`~rpm_lib.generator.regimes.Regime` (name, held-out groups, mesh).
+        mode: generator mode (``"balanced"`` / ``"original"``), ``None`` when not recorded.
+        path: the ``regime.json`` read (``None`` for the record ``generate=true`` is about to write).
+        seed: generator seed; val / test: split proportions in tenths (``None`` when not recorded).
+    """
+
+    regime: Regime
+    mode: str | None
+    path: Path | None
+    seed: int | None = None
+    val: int | None = None
+    test: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.regime.name
+
+    @property
+    def held_out(self) -> tuple[str, ...]:
+        """Held-out groups as ``"Color:Constant"`` (group: train rule), empty for none."""
+        return tuple(f"{RULE_GROUPS[group]}:{rule}" for group, rule in self.regime.held_out)
+
+    @property
+    def has_held_out(self) -> bool:
+        return bool(self.regime.held_out)
+
+    def identity(self) -> tuple[Any, ...]:
+        """What must agree for two folders to be drawn from one distribution (seed and sizes do not matter)."""
+        return (self.name, self.held_out, self.regime.mesh, self.mode)
+
+
+def regime_file(root: str | Path) -> Path | None:
+    """The ``regime.json`` describing ``root``: its own, or for a cache the one of its source folder; else None."""
+    root = Path(root)
+    own = root / REGIME_FILE
+    if own.is_file():
+        return own
+    manifest = root / "manifest.json"
+    if manifest.is_file():
+        try:
+            source = json.loads(manifest.read_text()).get("plan", {}).get("source_root")
+        except (json.JSONDecodeError, AttributeError):
+            return None  # the cache reader reports a broken manifest with its own message
+        if isinstance(source, str) and (Path(source) / REGIME_FILE).is_file():
+            return Path(source) / REGIME_FILE
+    return None
+
+
+def read_regime(root: str | Path, field: str = "data_root") -> RegimeInfo | None:
+    """The regime of ``root`` (see :func:`regime_file`), or ``None`` when there is no ``regime.json``.
+
+    Raises:
+        ConfigError: the file is not a JSON object with a string ``regime`` (names ``field`` and the file).
+    """
+    path = regime_file(root)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ConfigError(f"config field '{field}': {path} is not readable JSON ({error})") from None
+    try:
+        regime = Regime.from_json(data)
+    except ValueError as error:
+        raise ConfigError(f"config field '{field}': {path}: {error}") from None
+    mode = data.get("mode")
+    numbers = {key: data.get(key) if isinstance(data.get(key), int) else None for key in ("seed", "val", "test")}
+    return RegimeInfo(regime=regime, mode=None if mode is None else str(mode), path=path, **numbers)
+
+
+def classify_distribution(trained: RegimeInfo | None, evaluated: RegimeInfo | None, split: str) -> tuple[str, str]:
+    """Whether ``split`` of a folder with regime ``evaluated`` is in the distribution a model trained on
+    ``trained`` (the training split of the run's data) saw, and why (rules in the module docstring).
+
+    Returns:
+        ``(distribution, reason)``: one of :data:`DISTRIBUTIONS` and one sentence.
+    """
+    if split not in (*TRAINLIKE_SPLITS, "test"):
+        raise ValueError(f"classify_distribution: unknown split {split!r}")
+    if trained is None:
+        return UNKNOWN, "the training data has no regime.json, so its distribution is not recorded"
+    if evaluated is None:
+        return UNKNOWN, "this folder has no regime.json, so its distribution is not recorded"
+    if trained.identity() != evaluated.identity():
+        parts = [name for name, a, b in zip(("regime", "held-out groups", "mesh", "generator mode"),
+                                            trained.identity(), evaluated.identity()) if a != b]
+        return OUT_OF_DISTRIBUTION, (f"regime {evaluated.name} differs from the training regime {trained.name} "
+                                     f"({', '.join(parts)})")
+    if split in TRAINLIKE_SPLITS:
+        return IN_DISTRIBUTION, f"{split} split of the training regime {trained.name} (train/val rules)"
+    if trained.has_held_out:
+        return OUT_OF_DISTRIBUTION, (f"test split of {trained.name}: the held-out {', '.join(trained.held_out)} "
+                                     "follow other rules in test than in train/val")
+    return IN_DISTRIBUTION, f"test split of {trained.name}, which holds nothing out (same rules as train)"
+
+
+def unshifted_configurations(trained: RegimeInfo | None, evaluated: RegimeInfo | None, split: str) -> list[str] | None:
+    """Configurations (folder names) whose problems in ``split`` of ``evaluated`` draw every rule exactly as the
+    training split of ``trained`` does (the generator's exact rule tables, ``regime_rule_table``).
+
+    ``None`` when a regime is unknown; ``[]`` when mesh or generator mode differ (then nothing is drawn alike).
+    """
+    from rpm_lib.generator.constants import CONFIG_SPECS
+    from rpm_lib.generator.sampling import regime_rule_table
+
+    if trained is None or evaluated is None:
+        return None
+    if (trained.regime.mesh, trained.mode) != (evaluated.regime.mesh, evaluated.mode):
+        return []
+    groups = sorted(set(trained.regime.held_out_rules) | set(evaluated.regime.held_out_rules))
+    same = []
+    for configuration in CONFIGURATIONS:
+        components = range(len(CONFIG_SPECS[configuration].components))
+        if all(regime_rule_table(configuration, c, g, "train", trained.regime)
+               == regime_rule_table(configuration, c, g, split, evaluated.regime) for c in components for g in groups):
+            same.append(configuration)
+    return same
+
+
+# ----------------------------------------------------------------------------------------------
+# the sets of a run
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class EvalSet:
+    """One evaluated split.
+
+    Attributes:
+        name: entry name: ``"val"`` / ``"test"`` for the training data, the folder name for an extra set
+            (made unique with ``-2``, ``-3``, ...).
+        data_root: the folder as configured.
+        split: the split evaluated (extra sets: always ``"test"``).
+        main: True for the training data's own splits.
+    """
+
+    name: str
+    data_root: str
+    split: str
+    main: bool
+
+    @property
+    def predictions_file(self) -> str:
+        """File name of its per-sample predictions: ``predictions.npz`` for the main test (as before),
+        ``predictions_<name>.npz`` for an extra set (name made file-safe)."""
+        if self.main:
+            return "predictions.npz"
+        return f"predictions_{re.sub(r'[^A-Za-z0-9._-]+', '_', self.name).strip('_') or 'set'}.npz"
+
+
+def main_sets(config: TrainConfig) -> list[EvalSet]:
+    """The training data's val and test splits."""
+    return [EvalSet(split, config.data_root, split, True) for split in MAIN_SET_NAMES]
+
+
+def extra_sets(config: TrainConfig) -> list[EvalSet]:
+    """One set per ``test_data_roots`` entry (its test split), named after the folder, names unique."""
+    taken = set(MAIN_SET_NAMES)
+    sets = []
+    for root in config.test_data_roots or []:
+        base = Path(root).name or Path(root).resolve().name or "set"
+        name, number = base, 1
+        while name in taken:
+            number += 1
+            name = f"{base}-{number}"
+        taken.add(name)
+        sets.append(EvalSet(name, root, "test", False))
+    return sets
+
+
+def check_extra_sets(config: TrainConfig) -> None:
+    """Fail before training when an extra test set cannot be evaluated: the folder is missing, its
+    ``regime.json`` is broken, or it has no readable test problems for this run (configurations, image size).
+
+    Raises:
+        ConfigError: one line naming ``test_data_roots`` and the folder.
+    """
+    from rpm_lib.data import DataFormatError
+    from rpm_lib.training.datamodule import make_dataset
+
+    trained = training_regime(config)
+    for eval_set in extra_sets(config):
+        root = Path(eval_set.data_root)
+        if not root.is_dir():
+            raise ConfigError(f"config field 'test_data_roots': {root} does not exist"
+                              + ("" if not root.exists() else " as a folder"))
+        evaluated = read_regime(root, field="test_data_roots")
+        if root.resolve() == Path(config.data_root).resolve() or (
+                evaluated is not None and trained is not None and evaluated.path == trained.path):
+            raise ConfigError(f"config field 'test_data_roots': {root} is the training data (data_root); its test "
+                              "split is already evaluated as 'test'")
+        _check_streams(trained, evaluated, root)
+        try:
+            count = len(make_dataset(config, "test", root=root))
+        except DataFormatError as error:  # its message names the folder or file already, when it can
+            where = "" if str(root) in str(error) else f"{root}: "
+            raise ConfigError(f"config field 'test_data_roots': {where}{error}") from None
+        if count == 0:
+            raise ConfigError(f"config field 'test_data_roots': no test problems found in {root}")
+
+
+def training_regime(config: TrainConfig) -> RegimeInfo | None:
+    """The regime of the training data: its ``regime.json``, or, before ``generate=true`` has written it, the
+    record the generator will write (regime ``generate_regime``, seed ``generate_seed``, balanced, 6/2/2)."""
+    found = read_regime(config.data_root) if Path(config.data_root).exists() else None
+    if found is not None or not config.generate:
+        return found
+    return RegimeInfo(regime=REGIMES[config.generate_regime], mode="balanced", path=None, seed=config.generate_seed,
+                      val=2, test=2)
+
+
+def _check_streams(trained: RegimeInfo | None, evaluated: RegimeInfo | None, root: Path) -> None:
+    """Refuse an extra test folder whose test problems may repeat training problems.
+
+    The generator draws problem ``k`` of a configuration from a stream of ``(seed, configuration, k)`` only. Two
+    folders of one seed with the same split proportions never give a training ``k`` to a test problem; with other
+    proportions (e.g. an all-test folder, val=0 test=10) they do, and with the same regime those problems are
+    identical.
+    """
+    if trained is None or evaluated is None or None in (trained.seed, evaluated.seed):
+        return
+    if trained.seed == evaluated.seed and (trained.val, trained.test) != (evaluated.val, evaluated.test):
+        raise ConfigError(f"config field 'test_data_roots': {root} was generated with the training data's seed "
+                          f"({trained.seed}) but other split proportions (val/test {evaluated.val}/{evaluated.test} "
+                          f"vs {trained.val}/{trained.test}), so some of its test problems reuse training problems' "
+                          "random streams; generate it with another seed")
+
+
+def set_entry(eval_set: EvalSet, summary: Mapping[str, Any], trained: RegimeInfo | None,
+              evaluated: RegimeInfo | None) -> dict[str, Any]:
+    """The ``metrics["test_sets"]`` entry of one evaluated set.
+
+    Args:
+        eval_set: the set.
+        summary: its metrics from :func:`rpm_lib.training.evaluation.answer_summary` (accuracy fractions).
+        trained: regime of the training data; evaluated: regime of ``eval_set``'s folder.
+
+    Returns:
+        ``{"name", "data_root", "split", "regime", "held_out", "distribution", "distribution_reason",
+        "configurations_in_distribution", "accuracy", "accuracy_per_configuration" (I-RAVEN) or
+        "accuracy_per_regime" (PGM), "num_samples", "loss", "rules" (with a rule head), ...}``; accuracies are
+        fractions in [0, 1]; ``held_out`` lists ``"group:train rule"``; ``configurations_in_distribution``: the
+        set's configurations whose rules follow the training distribution (all of them for an in-distribution
+        set, ``None`` when unknown or for PGM).
+    """
+    distribution, reason = classify_distribution(trained, evaluated, eval_set.split)
+    present = summary.get("accuracy_per_configuration")
+    alike = unshifted_configurations(trained, evaluated, eval_set.split) if present is not None else None
+    return {
+        "name": eval_set.name,
+        "data_root": eval_set.data_root,
+        "split": eval_set.split,
+        "regime": None if evaluated is None else evaluated.name,
+        "held_out": None if evaluated is None else list(evaluated.held_out),
+        "distribution": distribution,
+        "distribution_reason": reason,
+        "configurations_in_distribution": None if alike is None else [c for c in present if c in alike],
+        **summary,
+    }
