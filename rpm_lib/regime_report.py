@@ -58,21 +58,12 @@ def rule_mix(regime: Any, group: int | None = None) -> dict[str, dict[str, dict[
 
 def shifted_configurations(regime: Any) -> list[str]:
     """Short names of the configurations where some held-out rule group's test rules differ from its train
-    rules (every configuration for A/Color; only 2x2Grid, 3x3Grid and O-IG for A/Position; none for I-RAVEN)."""
-    from rpm_lib.generator.constants import configuration_components
-    from rpm_lib.generator.regimes import resolve_regime
-    from rpm_lib.generator.sampling import regime_rule_table
+    rules (every configuration for A/Color; only 2x2Grid, 3x3Grid and O-IG for A/Position; none for I-RAVEN);
+    ``generator.sampling.configurations_drawn_alike`` decides."""
+    from rpm_lib.generator.sampling import configurations_drawn_alike
 
-    regime = resolve_regime(regime)
-    shifted = []
-    for configuration in rules.CONFIGURATIONS:
-        for component in range(len(configuration_components(configuration, regime.mesh))):
-            if any({(o.name, o.attr) for o in regime_rule_table(configuration, component, g, "train", regime)}
-                   != {(o.name, o.attr) for o in regime_rule_table(configuration, component, g, "test", regime)}
-                   for g, _ in regime.held_out):
-                shifted.append(rules.SHORT_NAMES[configuration])
-                break
-    return shifted
+    alike = set(configurations_drawn_alike(regime, regime, "test"))
+    return [rules.SHORT_NAMES[c] for c in rules.CONFIGURATIONS if c not in alike]
 
 
 def _governs(rule_line: str, group: str) -> bool:

@@ -52,6 +52,7 @@ __all__ = [
     "pruned_ranges",
     "rule_table",
     "regime_rule_table",
+    "configurations_drawn_alike",
     "RegimeInfeasibleError",
     "sample_rules",
 ]
@@ -318,6 +319,26 @@ def _sampling_plan(configuration: str, is_test: bool, held_out: tuple[tuple[int,
     if mesh:
         plan.append(_mesh_plan(configuration))
     return tuple(plan)
+
+
+def configurations_drawn_alike(trained: "Regime | str | None", evaluated: "Regime | str | None",
+                               split: str = "test") -> list[str]:
+    """Configurations (folder names) whose problems in ``split`` of ``evaluated`` draw every rule exactly as the
+    training split of ``trained`` does: equal exact tables for every rule group either regime holds out.
+
+    With one regime for both, the complement is where its test split is really out of distribution (A/Position:
+    only 2x2Grid, 3x3Grid and O-IG shift; Center, L-R, U-D and O-IC are drawn alike). Mesh components are not
+    compared (a Mesh regime holds nothing out).
+    """
+    trained, evaluated = resolve_regime(trained), resolve_regime(evaluated)
+    groups = sorted(set(trained.held_out_rules) | set(evaluated.held_out_rules))
+    alike = []
+    for configuration, spec in CONFIG_SPECS.items():
+        if all(regime_rule_table(configuration, c, g, "train", trained)
+               == regime_rule_table(configuration, c, g, split, evaluated)
+               for c in range(len(spec.components)) for g in groups):
+            alike.append(configuration)
+    return alike
 
 
 def pruned_ranges(layout_name: str, rules: list[Rule]) -> ComponentRanges:

@@ -168,21 +168,13 @@ def unshifted_configurations(trained: RegimeInfo | None, evaluated: RegimeInfo |
 
     ``None`` when a regime is unknown; ``[]`` when mesh or generator mode differ (then nothing is drawn alike).
     """
-    from rpm_lib.generator.constants import CONFIG_SPECS
-    from rpm_lib.generator.sampling import regime_rule_table
+    from rpm_lib.generator.sampling import configurations_drawn_alike
 
     if trained is None or evaluated is None:
         return None
     if (trained.regime.mesh, trained.mode) != (evaluated.regime.mesh, evaluated.mode):
         return []
-    groups = sorted(set(trained.regime.held_out_rules) | set(evaluated.regime.held_out_rules))
-    same = []
-    for configuration in CONFIGURATIONS:
-        components = range(len(CONFIG_SPECS[configuration].components))
-        if all(regime_rule_table(configuration, c, g, "train", trained.regime)
-               == regime_rule_table(configuration, c, g, split, evaluated.regime) for c in components for g in groups):
-            same.append(configuration)
-    return same
+    return configurations_drawn_alike(trained.regime, evaluated.regime, split)
 
 
 # ----------------------------------------------------------------------------------------------
