@@ -30,7 +30,7 @@ from typing import Any
 
 from rpm_lib.generator.regimes import IRAVEN, REGIMES, Regime, check_supported
 from rpm_lib.generator.writer import REGIME_FILE
-from rpm_lib.rules import CONFIGURATIONS, RULE_GROUPS
+from rpm_lib.rules import RULE_GROUPS
 from rpm_lib.training.config import ConfigError, TrainConfig
 
 #: The regime of plain (balanced) I-RAVEN: nothing held out (``generate_regime``'s default).
