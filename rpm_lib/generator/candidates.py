@@ -13,7 +13,9 @@ drawn jointly (RAVEN's Number distractor), because there the retry changes the l
 :func:`make_candidates` redraws a candidate set in which two candidates would render pixel-identically
 (squares of Size 0.6 and 0.7 in In_Distribute_Four, ``constants.RENDER_IDENTICAL_SIZES``): the reference
 generators do not, and then produce two identical images -- sometimes a distractor that looks exactly like
-the answer (about 2% of RAVEN and 0.3% of I-RAVEN in_distribute_four_out_center_single problems).
+the answer (about 2% of RAVEN and 0.3% of I-RAVEN in_distribute_four_out_center_single problems). In
+Mesh problems it also renders the candidates and redraws when two images are equal although their keys
+differ (a black Mesh line lying on a black-filled shape is invisible).
 
 Mesh problems (docs/generator.md, "Mesh"): the Mesh is one more component whose Number (levels 0..11) and
 Position (only with fewer than 12 lines) are modifiable; its Type/Size/Color have one value and never are.
@@ -27,7 +29,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import comb
 
-from rpm_lib.generator.constants import MESH_LAYOUT, RENDER_IDENTICAL_SIZES, has_mesh
+import numpy as np
+
+from rpm_lib.generator.constants import (
+    COLOR_MAX_LEVEL,
+    IMAGE_SIZE,
+    MESH_LAYOUT,
+    RENDER_IDENTICAL_SIZES,
+    configuration_of,
+    has_mesh,
+)
 from rpm_lib.generator.problem import ComponentPanel, Panel, Rule
 from rpm_lib.generator.rows import UNIFORM_LEVEL, sample_entity
 from rpm_lib.generator.sampling import ComponentRanges, RandomStream
@@ -42,6 +53,7 @@ __all__ = [
     "balanced_candidates",
     "rendered_key",
     "has_lookalikes",
+    "has_hidden_lookalikes",
     "make_candidates",
 ]
 
@@ -413,8 +425,39 @@ def rendered_key(panel: Panel) -> tuple:
 
 
 def has_lookalikes(candidates: list[Panel]) -> bool:
-    """True when two candidates would render to the same image."""
+    """True when two candidates would render to the same image because their keys are equal."""
     return len({rendered_key(panel) for panel in candidates}) < len(candidates)
+
+
+def has_hidden_lookalikes(candidates: list[Panel]) -> bool:
+    """True when two Mesh candidates render to the same image although their keys differ: the Mesh's lines
+    are black and drawn over the shapes, so a line lying entirely on a black-filled shape is invisible
+    (measured: 1 of 14,000 generated Center problems had two such candidates before this check).
+
+    Exact, and cheap in most problems: only a shape filled with the black Color level can hide a line -- every
+    line keeps pixels outside the black pixels of all possible other entities and dividers of its configuration
+    (checked exhaustively by tests/generator/test_mesh.py) -- so without one nothing is rendered; otherwise the
+    shapes of each distinct shape part are rendered once and the lines drawn over a copy per candidate.
+    """
+    from rpm_lib.generator.render import draw_mesh_into, draw_panel_into  # lazy: OpenCV only when needed
+
+    layouts = [c.layout for c in candidates[0].components]
+    if not has_mesh(layouts):
+        return False
+    if not any(e.color == COLOR_MAX_LEVEL for panel in candidates for comp in panel.components[:-1]
+               for e in comp.entities):
+        return False
+    configuration = configuration_of(layouts[:-1])
+    shapes: dict[tuple, np.ndarray] = {}
+    images = set()
+    for panel in candidates:
+        part = Panel(panel.components[:-1])
+        key = rendered_key(part)
+        base = shapes.get(key)
+        if base is None:
+            base = shapes[key] = draw_panel_into(np.empty((IMAGE_SIZE, IMAGE_SIZE), np.uint8), configuration, part)
+        images.add(draw_mesh_into(base.copy(), configuration, panel.components[-1]).tobytes())
+    return len(images) < len(candidates)
 
 
 def make_candidates(
@@ -425,12 +468,13 @@ def make_candidates(
     Returns ``(candidates, target, modified)`` (``modified`` is ``None`` in original mode). Raises
     ``ValueError`` for an unknown mode and for original candidates of a Mesh problem.
     """
-    check_mode(mode, has_mesh(r.layout.name for r in ranges))
+    mesh = has_mesh(r.layout.name for r in ranges)
+    check_mode(mode, mesh)
     for _ in range(MAX_REDRAWS):
         if mode == "balanced":
             candidates, target, modified = balanced_candidates(rules, ranges, answer, s)
         else:
             (candidates, target), modified = original_candidates(rules, ranges, answer, s), None
-        if not has_lookalikes(candidates):
+        if not has_lookalikes(candidates) and not (mesh and has_hidden_lookalikes(candidates)):
             return candidates, target, modified
     raise RuntimeError(f"could not draw {mode} candidates without look-alikes in {MAX_REDRAWS} attempts")

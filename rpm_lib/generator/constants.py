@@ -165,6 +165,16 @@ def configuration_components(configuration: str, mesh: bool = False) -> tuple[tu
     return spec.components + (((MESH_COMPONENT, MESH_LAYOUT),) if mesh else ())
 
 
+def configuration_of(layouts) -> str:
+    """The configuration whose components have the layout names ``layouts`` (in order, without the Mesh):
+    the inverse of :func:`configuration_components` (no two configurations share their layouts)."""
+    layouts = tuple(layouts)
+    for name, spec in CONFIG_SPECS.items():
+        if tuple(layout for _, layout in spec.components) == layouts:
+            return name
+    raise ValueError(f"no configuration has the component layouts {list(layouts)}")
+
+
 def mesh_component_index(configuration: str) -> int:
     """Component index of the Mesh in a Mesh problem of ``configuration`` (1 or 2)."""
     return len(configuration_components(configuration))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rpm_lib.generator.constants import has_mesh
 
 
-@dataclass
+@dataclass(slots=True)  # slots: the candidate trees copy entities by the hundred per problem
 class Entity:
     """One shape. All fields are levels (ints): type 1..5, size 0..5, color 0..9, angle 0..7; a Mesh line is
     type 6 with size, color and angle 0."""

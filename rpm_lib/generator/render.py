@@ -372,10 +372,19 @@ def _layout_line_pixels(layout: str) -> tuple[np.ndarray, ...]:
     return tuple(line_pixels(slot) for slot in LAYOUTS[layout].slots)
 
 
-def _draw_mesh(out: np.ndarray, configuration: str, component: ComponentPanel, slots) -> None:
-    """Composite the Mesh's lines over ``out``. Lines are opaque and all black (a layer of 0 / 255 without
-    interpolation), so compositing them in any order is setting their pixels to 0 -- one fancy assignment
-    instead of a sprite per line (exactness checked against the reference panels)."""
+def draw_mesh_into(out: np.ndarray, configuration: str, component: ComponentPanel) -> np.ndarray:
+    """Composite the Mesh ``component``'s lines over ``out`` (uint8 ``(160, 160)``, in place) and return it.
+
+    Lines are opaque and all black (a layer of 0 / 255 without interpolation), so compositing them in any
+    order -- before or after the Left_Right / Up_Down divider, which is black too -- is setting their pixels
+    to 0: one fancy assignment instead of a sprite per line (exactness checked against the reference panels).
+    """
+    slots = LAYOUTS[MESH_LAYOUT].slots
+    if component.layout != MESH_LAYOUT:
+        raise ValueError(f"{configuration}: draw_mesh_into needs the {MESH_LAYOUT} component, got {component.layout!r}")
+    if len(component.slots) != len(component.entities):
+        raise ValueError(f"{configuration}/{MESH_LAYOUT}: {len(component.slots)} slots but "
+                         f"{len(component.entities)} entities")
     for entity in component.entities:
         if entity.type != LINE_TYPE_LEVEL or entity.size or entity.color or entity.angle:
             raise ValueError(
@@ -384,7 +393,7 @@ def _draw_mesh(out: np.ndarray, configuration: str, component: ComponentPanel, s
                 "Color=0 Angle=0"
             )
     if not component.slots:
-        return
+        return out
     lines = _layout_line_pixels(MESH_LAYOUT)
     try:
         # slots index a tuple: a negative slot would wrap around silently, hence the explicit minimum
@@ -398,6 +407,7 @@ def _draw_mesh(out: np.ndarray, configuration: str, component: ComponentPanel, s
         out.reshape(-1)[pixels] = 0  # a view: writes through
     else:
         out[np.unravel_index(pixels, out.shape)] = 0
+    return out
 
 
 def draw_panel_into(out: np.ndarray, configuration: str, panel: Panel) -> np.ndarray:
@@ -428,7 +438,7 @@ def draw_panel_into(out: np.ndarray, configuration: str, panel: Panel) -> np.nda
                 f"{len(component.entities)} entities"
             )
         if layout == MESH_LAYOUT:
-            _draw_mesh(out, configuration, component, slots)
+            draw_mesh_into(out, configuration, component)
             continue
         for slot, entity in zip(component.slots, component.entities):
             if not 0 <= slot < len(slots):

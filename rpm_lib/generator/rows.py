@@ -75,7 +75,7 @@ def _fresh_panel(
     ranges: ComponentRanges, uniformity: int, slots: list[int], s: RandomStream
 ) -> ComponentPanel:
     """A panel with new entities on ``slots`` (uniform layouts: one entity copied to every slot)."""
-    if uniformity == UNIFORM_LEVEL:
+    if uniformity == UNIFORM_LEVEL or ranges.layout.lines:  # Mesh lines are all alike: no draws either way
         first = sample_entity(ranges, s)
         entities = [first] + [first.copy() for _ in range(len(slots) - 1)]
     else:

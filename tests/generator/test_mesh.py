@@ -20,12 +20,14 @@ from rpm_lib.generator.bias import chance_interval, run_probe
 from rpm_lib.generator.candidates import (
     ModifiableAttribute,
     balanced_candidates,
+    has_hidden_lookalikes,
     has_lookalikes,
     make_candidates,
     modifiable_attributes,
     select_attributes,
 )
 from rpm_lib.generator.constants import (
+    COLOR_MAX_LEVEL,
     CONFIG_SPECS,
     FRESH_NUMBER_MAX_LEVEL,
     LAYOUTS,
@@ -276,6 +278,42 @@ def test_the_quota_puts_one_or_two_mesh_attributes_among_the_three():
     assert sorted(id(e) for e in select_attributes(entries[2:], 1, stream)) == sorted(id(e) for e in entries[2:])
 
 
+def test_only_a_black_filled_shape_can_hide_a_mesh_line():
+    """Exhaustive: in every configuration each Mesh line keeps pixels outside the union of the black pixels of
+    every possible entity that is not black-filled (all slots, types, sizes, angles, other colours) and of
+    the divider -- the premise that lets ``has_hidden_lookalikes`` skip rendering without a black fill."""
+    lines = [render.reference_line_layer(slot) > 0 for slot in MESH_SLOTS]
+    for configuration, spec in CONFIG_SPECS.items():
+        black = np.zeros((160, 160), bool)
+        black[:, 80] = spec.structure == "Left_Right"
+        black[80, :] |= spec.structure == "Up_Down"
+        for _, layout in spec.components:
+            ls = LAYOUTS[layout]
+            for bbox in ls.slots:
+                for t in range(ls.type[0], ls.type[1] + 1):
+                    for z in range(ls.size[0], ls.size[1] + 1):
+                        for c in range(ls.color[0], min(ls.color[1], COLOR_MAX_LEVEL - 1) + 1):
+                            for a in range(8):
+                                sprite = render.make_sprite(bbox, t, z, c, a)
+                                h, w = sprite.ink.shape
+                                black[sprite.y0:sprite.y0 + h, sprite.x0:sprite.x0 + w] |= sprite.opaque & (sprite.ink == 0)
+        visible = [int((line & ~black).sum()) for line in lines]
+        assert min(visible) > 0, (configuration, visible)
+
+
+def test_candidates_whose_only_difference_is_a_hidden_line_are_look_alikes():
+    def candidate(color, slot):
+        return Panel([ComponentPanel("Center_Single", 0, [0], [Entity(5, 5, color, 3)]), mesh_line([slot])])
+
+    # a black circle of Size 0.9 (radius 72) swallows the upper middle line (slot 11) and the lower one (5)
+    black = [candidate(COLOR_MAX_LEVEL, 11), candidate(COLOR_MAX_LEVEL, 5)]
+    assert not has_lookalikes(black) and has_hidden_lookalikes(black)
+    assert np.array_equal(*(render.render_panel("center_single", p) for p in black))
+    gray = [candidate(4, 11), candidate(4, 5)]
+    assert not has_hidden_lookalikes(gray)
+    assert not has_hidden_lookalikes(black[:1] + gray[:1])
+
+
 def test_original_candidates_are_refused_for_mesh_problems():
     rules, ranges, answer = _mesh_answer("distribute_four", [0, 4, 8])
     with pytest.raises(ValueError, match="not defined for a Mesh problem"):
@@ -305,7 +343,7 @@ def test_generated_problems_carry_the_mesh_last_and_have_one_valid_candidate(gen
             assert {(e.type, e.size, e.color, e.angle) for panel in p.panels
                     for e in panel.components[-1].entities} == {LINE}
             assert satisfying_candidates(p) == [p.target], (configuration, p.extra["index"])
-            assert not has_lookalikes(p.candidates)
+            assert not has_lookalikes(p.candidates) and not has_hidden_lookalikes(p.candidates)
 
 
 def test_line_counts_first_panel_one_to_nine_all_panels_up_to_twelve(generated):
@@ -449,3 +487,37 @@ def test_reference_mesh_labels_and_line_annotations_are_reproduced(mesh_referenc
                     assert entity.get("real_bbox") == json.dumps(render.real_bbox(slot, LINE_TYPE_LEVEL, 0, 0))
         # our writer keeps its byte conventions; the content reads back the same
         assert parse_problem_xml(problem_xml(problem), "rewritten", target=problem.target) == problem
+
+
+def test_mesh_files_with_two_entities_on_one_slot_are_read_and_others_refused(mesh_reference, tmp_path):
+    """raven-datasets writes ~0.2 % of its Mesh files with two entities on one slot (a distractor whose Number
+    was changed before its Position); they are read as they are. Without the Mesh it stays an error."""
+    path = next(p for p in mesh_reference if p.parent.name == "center_single")
+    text = path.read_text()
+    problem = read_problem_xml(path)
+    panel = next(i for i, p in enumerate(problem.panels) if len(p.components[-1].slots) >= 2)
+    first, second = problem.panels[panel].components[-1].slots[:2]
+    root = ET.fromstring(text)
+    mesh_layout = root.find("Panels").findall("Panel")[panel].find("Struct").findall("Component")[-1].find("Layout")
+    entities = mesh_layout.findall("Entity")
+    assert json.loads(entities[1].get("bbox")) == list(MESH_SLOTS[second])
+    entities[1].set("bbox", entities[0].get("bbox"))
+    doubled = tmp_path / path.name
+    doubled.write_bytes(ET.tostring(root))
+    read = read_problem_xml(doubled)
+    assert read.panels[panel].components[-1].slots[:2] == [first, first]
+    assert render.render_problem(read).shape == (16, 160, 160)
+    shapes = root.find("Panels").findall("Panel")
+    for element in shapes:  # drop the Mesh everywhere: a plain problem with the same duplicate is refused
+        struct = element.find("Struct")
+        struct.remove(struct.findall("Component")[-1])
+    rules = root.find("Rules")
+    rules.remove(rules.findall("Rule_Group")[-1])
+    grid = shapes[panel].find("Struct").find("Component").find("Layout")
+    grid.append(ET.fromstring(ET.tostring(grid.find("Entity"))))
+    grid.set("Number", str(len(grid.findall("Entity")) - 1))
+    plain = tmp_path / "plain.xml"
+    plain.write_bytes(ET.tostring(root))
+    with pytest.raises(XmlFormatError, match="two entities share a slot"):
+        read_problem_xml(plain)
+
