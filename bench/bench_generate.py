@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--regime-per-config", type=int, default=40,
                         help="problems per configuration and regime, end to end (default 40)")
     parser.add_argument("--regimes", default="all",
-                        help="regimes to compare with plain I-RAVEN: 'all' (every Attributeless regime) or a "
+                        help="regimes to compare with plain I-RAVEN: 'all' (every Attributeless regime and I-RAVEN-Mesh) or a "
                              "comma-separated list of names")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the regime comparison (best of; default 3)")
     parser.add_argument("--seed", type=int, default=1234)
@@ -165,7 +165,7 @@ def main() -> int:
     if unknown:
         parser.error(f"--parts: unknown part(s) {', '.join(unknown)}; expected {', '.join(PARTS)}")
     if args.regimes == "all":
-        compared = [name for name, regime in REGIMES.items() if regime.held_out]
+        compared = [name for name, regime in REGIMES.items() if regime.held_out or regime.mesh]
     else:
         compared = [name.strip() for name in args.regimes.split(",") if name.strip()]
         missing = [name for name in compared if name not in REGIMES or REGIMES[name].mesh]
