@@ -486,30 +486,29 @@ def real_bbox(bbox: BBox, type_level: int, size_level: int, angle_level: int) ->
     delta = DEFAULT_WIDTH * 1.5 / IMAGE_SIZE
     if type_level == LINE_TYPE_LEVEL:
         start, end = line_endpoints(bbox)
-        matrix = cv2.getRotationMatrix2D(start, ANGLE_VALUES[angle_level], 1)
-        points = np.array((start, end), np.float64)
-        rows = matrix[1, 0] * points[:, 0] + matrix[1, 1] * points[:, 1] + matrix[1, 2]
-        cols = matrix[0, 0] * points[:, 0] + matrix[0, 1] * points[:, 1] + matrix[0, 2]
-        min_row, max_row = rows.min() / IMAGE_SIZE, rows.max() / IMAGE_SIZE
-        min_col, max_col = cols.min() / IMAGE_SIZE, cols.max() / IMAGE_SIZE
-        values = [(min_row + max_row) / 2, (min_col + max_col) / 2, max_row - min_row + delta, max_col - min_col + delta]
-        return [float(v) for v in np.round(values, 4)]
+        return _rotated_box(start, (start, end), angle_level, delta)
     geometry = entity_geometry(bbox, type_level, size_level)
+    if geometry.kind != "circle":
+        return _rotated_box(geometry.center, geometry.corner_points(), angle_level, delta)
     cx, cy = geometry.center
-    if geometry.kind == "circle":
-        radius = _unit(bbox) * SIZE_VALUES[size_level]
-        extent = 2 * radius / IMAGE_SIZE + delta
-        values = [cy * 1.0 / IMAGE_SIZE, cx * 1.0 / IMAGE_SIZE, extent, extent]
-    else:
-        matrix = cv2.getRotationMatrix2D(geometry.center, ANGLE_VALUES[angle_level], 1)
-        points = np.array(geometry.corner_points(), np.float64)
-        # m0 * x + m1 * y + m2, summed left to right without FMA: this order reproduces every stored
-        # real_bbox (np.dot's BLAS order flips some ties such as 0.15625 -> 0.1563).
-        rows = matrix[1, 0] * points[:, 0] + matrix[1, 1] * points[:, 1] + matrix[1, 2]
-        cols = matrix[0, 0] * points[:, 0] + matrix[0, 1] * points[:, 1] + matrix[0, 2]
-        min_row, max_row = rows.min() / IMAGE_SIZE, rows.max() / IMAGE_SIZE
-        min_col, max_col = cols.min() / IMAGE_SIZE, cols.max() / IMAGE_SIZE
-        values = [(min_row + max_row) / 2, (min_col + max_col) / 2, max_row - min_row + delta, max_col - min_col + delta]
+    radius = _unit(bbox) * SIZE_VALUES[size_level]
+    extent = 2 * radius / IMAGE_SIZE + delta
+    values = [cy * 1.0 / IMAGE_SIZE, cx * 1.0 / IMAGE_SIZE, extent, extent]
+    return [float(v) for v in np.round(values, 4)]
+
+
+def _rotated_box(center: tuple[int, int], points, angle_level: int, delta: float) -> list[float]:
+    """``real_bbox`` of ``points`` (px, ``(x, y)``) rotated about ``center`` by the angle level: normalised
+    ``[row centre, column centre, height + delta, width + delta]``, rounded to 4 decimals."""
+    matrix = cv2.getRotationMatrix2D(center, ANGLE_VALUES[angle_level], 1)
+    points = np.array(points, np.float64)
+    # m0 * x + m1 * y + m2, summed left to right without FMA: this order reproduces every stored
+    # real_bbox (np.dot's BLAS order flips some ties such as 0.15625 -> 0.1563).
+    rows = matrix[1, 0] * points[:, 0] + matrix[1, 1] * points[:, 1] + matrix[1, 2]
+    cols = matrix[0, 0] * points[:, 0] + matrix[0, 1] * points[:, 1] + matrix[0, 2]
+    min_row, max_row = rows.min() / IMAGE_SIZE, rows.max() / IMAGE_SIZE
+    min_col, max_col = cols.min() / IMAGE_SIZE, cols.max() / IMAGE_SIZE
+    values = [(min_row + max_row) / 2, (min_col + max_col) / 2, max_row - min_row + delta, max_col - min_col + delta]
     return [float(v) for v in np.round(values, 4)]
 
 

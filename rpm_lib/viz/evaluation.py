@@ -34,6 +34,17 @@ def legend_outside(ax) -> None:
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
+def finish_accuracy_bars(fig: Figure, ax, x: np.ndarray, names: Sequence[str], title: str | None) -> None:
+    """The common frame of grouped accuracy bars: category names, a 0-105 % axis, the legend outside, title."""
+    ax.set_xticks(x, names, rotation=0, fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("accuracy (%)")
+    legend_outside(ax)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+
+
 def plot_accuracy_bars(accuracy: Mapping[str, float], reference: Mapping[str, float] | None = None,
                        reference_label: str = "paper", label: str = "this run", title: str | None = None,
                        chance: float | None = CHANCE_PERCENT) -> Figure:
@@ -50,13 +61,7 @@ def plot_accuracy_bars(accuracy: Mapping[str, float], reference: Mapping[str, fl
         ax.bar_label(rbars, fmt="%.1f", fontsize=7)
     if chance is not None:
         ax.axhline(chance, color="grey", ls="--", lw=1, label="chance")
-    ax.set_xticks(x, names, rotation=0, fontsize=8)
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy (%)")
-    legend_outside(ax)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
+    finish_accuracy_bars(fig, ax, x, names, title)
     return fig
 
 

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
-from rpm_lib.viz.evaluation import CHANCE_PERCENT, legend_outside
+from rpm_lib.viz.evaluation import CHANCE_PERCENT, finish_accuracy_bars
 
 
 def plot_rule_mix(mix: Mapping[str, Mapping[str, Mapping[str, float]]], title: str | None = None) -> Figure:
@@ -69,11 +69,5 @@ def plot_in_vs_out(in_distribution: Mapping[str, float], out_of_distribution: Ma
     ax.axhline(CHANCE_PERCENT, color="grey", ls="--", lw=1, label="chance")
     if any(n in no_shift for n in names):
         ax.bar(0, 0, color="white", edgecolor="black", hatch="//", label="test not shifted here")
-    ax.set_xticks(x, names, fontsize=8)
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("accuracy (%)")
-    legend_outside(ax)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
+    finish_accuracy_bars(fig, ax, x, names, title)
     return fig
