@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rpm_lib.generator.constants import has_mesh
+from rpm_lib.generator.constants import LINE_TYPE_LEVEL, has_mesh
 
 
 @dataclass(slots=True)  # slots: the candidate trees copy entities by the hundred per problem
@@ -26,6 +26,11 @@ class Entity:
     angle: int
 
     def copy(self) -> "Entity":
+        """A new entity with the same levels; a Mesh line is returned itself: lines never change in place
+        (the Mesh's Type/Size/Color are always Constant and never perturbed), and sharing them spares the
+        candidate tree most of its copies."""
+        if self.type == LINE_TYPE_LEVEL:
+            return self
         return Entity(self.type, self.size, self.color, self.angle)
 
 

@@ -105,9 +105,16 @@ class RandomStream:
     def sample(self, n: int, k: int) -> list[int]:
         """``k`` distinct integers from ``range(n)`` in uniformly random order (like ``choice(n, k, False)``)."""
         pool = list(range(n))
+        # random() inlined (the hottest loop of the generator): the same uniforms in the same order.
+        buffer, pos = self._buffer, self._pos
         for i in range(k):
-            j = i + int(self.random() * (n - i))
+            if pos >= len(buffer):
+                buffer = self._buffer = self._rng.random(self._block).tolist()
+                pos = 0
+            j = i + int(buffer[pos] * (n - i))
+            pos += 1
             pool[i], pool[j] = pool[j], pool[i]
+        self._pos = pos
         return pool[:k]
 
     def shuffle(self, items: list) -> None:
