@@ -462,6 +462,11 @@ def write_table1(rows: Sequence[Table1Row], csv_path: str | Path, with_paper: bo
     return csv_path
 
 
+def _label_axes(records: Sequence[RunRecord]) -> list[str]:
+    """Every grid axis the runs are labelled with, in order of first appearance (the table columns)."""
+    return list(dict.fromkeys(k for rec in records for k in rec.labels))
+
+
 def runs_table(records: Iterable[RunRecord], split: str = "test") -> tuple[list[str], list[list[Any]]]:
     """One row per run (finished, failed or pending): header and rows for CSV / display.
 
@@ -469,11 +474,7 @@ def runs_table(records: Iterable[RunRecord], split: str = "test") -> tuple[list[
     empty when not finished), and the first line of the error for failed runs.
     """
     records = list(records)
-    axes: list[str] = []
-    for rec in records:
-        for k in rec.labels:
-            if k not in axes:
-                axes.append(k)
+    axes = _label_axes(records)
     header = ["name", "grid", "status", *axes, "Average", *CONFIGURATION_COLUMNS, "error"]
     rows = []
     for rec in records:
@@ -497,11 +498,7 @@ def eval_sets_table(records: Iterable[RunRecord]) -> tuple[list[str], list[list[
     per-configuration accuracy). Runs without ``test_sets`` are left out.
     """
     records = [r for r in records if r.metrics is not None and r.metrics.get("test_sets")]
-    axes: list[str] = []
-    for rec in records:
-        for k in rec.labels:
-            if k not in axes:
-                axes.append(k)
+    axes = _label_axes(records)
     header = ["name", "grid", *axes, "set", "split", "regime", "distribution", "num_samples", "accuracy",
               "Average", *CONFIGURATION_COLUMNS]
     rows = []

@@ -26,7 +26,7 @@ import numpy as np
 
 from rpm_lib.generator.candidates import MODES, check_mode, make_candidates
 from rpm_lib.generator.problem import Problem
-from rpm_lib.generator.regimes import Regime, check_split, check_supported, resolve_regime, split_of
+from rpm_lib.generator.regimes import Regime, check_split, resolve_regime, split_of
 from rpm_lib.generator.rows import generate_matrix
 from rpm_lib.generator.sampling import RandomStream, sample_rules
 from rpm_lib.rules import CONFIGURATIONS
@@ -109,7 +109,6 @@ def generate_problems(
     if count < 0 or start < 0:
         raise ValueError(f"count and start must be non-negative, got count={count}, start={start}")
     regime = resolve_regime(regime)
-    check_supported(regime)
     if split is not None:
         check_split(split)
     split_of(0, val, test)  # checks val and test before the first problem

@@ -483,7 +483,7 @@ def _line_may_hide(panel: Panel) -> bool:
         return False
     for slot in panel.components[-1].slots:
         x0, y0, x1, y1 = _line_interior(slot)
-        if x1 - x0 >= y1 - y0:  # horizontal: every pixel row of the line must be covered along x
+        if x1 - x0 > y1 - y0:  # horizontal: every pixel row of the line must be covered along x
             if all(_covered(x0, x1, [(b[0], b[2]) for b in boxes if b[1] <= y <= b[3]]) for y in range(y0, y1 + 1)):
                 return True
         elif all(_covered(y0, y1, [(b[1], b[3]) for b in boxes if b[0] <= x <= b[2]]) for x in range(x0, x1 + 1)):
@@ -506,10 +506,7 @@ def has_hidden_lookalikes(candidates: list[Panel]) -> bool:
     layouts = [c.layout for c in candidates[0].components]
     if not has_mesh(layouts):
         return False
-    if not any(e.color == COLOR_MAX_LEVEL for panel in candidates for comp in panel.components[:-1]
-               for e in comp.entities):
-        return False
-    if not any(_line_may_hide(panel) for panel in candidates):
+    if not any(_line_may_hide(panel) for panel in candidates):  # no black shape, or none that can cover a line
         return False
     configuration = configuration_of(layouts[:-1])
     shapes: dict[tuple, np.ndarray] = {}

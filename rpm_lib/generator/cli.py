@@ -21,8 +21,7 @@ import time
 from typing import Sequence
 
 from rpm_lib.folder_lock import NotEnoughSpaceError, output_folder_problem
-from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, check_supported, \
-    regime_from_options
+from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
 from rpm_lib.generator.candidates import check_mode
 from rpm_lib.generator.writer import REGIME_FILE, write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
@@ -123,9 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--val/--test: {error}")
     try:
         regime = regime_from_options(args.regime, args.held_out, args.mesh)
-        check_supported(regime)
         check_mode(args.mode, regime.mesh)
-    except (ValueError, NotImplementedError) as error:
+    except ValueError as error:
         parser.error(str(error))
     began = time.perf_counter()
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpm_lib.rules import RULE_GROUPS
+from rpm_lib.rules import MESH_NAME, RULE_GROUPS
 
 IMAGE_SIZE = 160
 DEFAULT_WIDTH = 2  # outline thickness in px
@@ -85,7 +85,7 @@ LAYOUTS: dict[str, LayoutSpec] = {
 # ------------------------------------------------------------------------------------------------
 
 #: Component and layout name of the Mesh, the extra last component of every configuration of I-RAVEN-Mesh.
-MESH_COMPONENT = "Mesh"
+MESH_COMPONENT = MESH_NAME
 MESH_LAYOUT = "Mesh_Layout"
 
 #: The 12 unit edges of a 3x3-node lattice (nodes at pixels 12, 80, 147), as the reference stores them:

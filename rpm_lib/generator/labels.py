@@ -23,6 +23,7 @@ import numpy as np
 
 from rpm_lib.generator.constants import CONFIG_SPECS, META_STRUCTURE_FORMAT, configuration_components
 from rpm_lib.generator.problem import Problem, Rule
+from rpm_lib.rules import MESH_COMPONENT, MESH_META_ROWS, META_ROWS
 
 RELATION_COLUMNS: dict[str, int] = {"Constant": 0, "Progression": 1, "Arithmetic": 2, "Distribute_Three": 3}
 ATTRIBUTE_COLUMNS: dict[str, tuple[int, ...]] = {
@@ -32,10 +33,8 @@ ATTRIBUTE_COLUMNS: dict[str, tuple[int, ...]] = {
 ATTRIBUTE_GROUP: dict[str, int] = {"Number": 0, "Position": 0, "Number/Position": 0, "Type": 1, "Size": 2, "Color": 3}
 
 
-#: Rows of ``meta_matrix`` without and with the Mesh; the Mesh's block always starts at row 8.
-META_MATRIX_ROWS = 8
-MESH_META_MATRIX_ROWS = 12
-MESH_FIRST_ROW = 8
+#: The Mesh's rule block always starts at row 8 (``rules.MESH_COMPONENT`` 2 x 4 rule groups).
+MESH_FIRST_ROW = 4 * MESH_COMPONENT
 
 
 def meta_matrix(rules: list[Rule], mesh_component: int | None = None) -> np.ndarray:
@@ -44,7 +43,7 @@ def meta_matrix(rules: list[Rule], mesh_component: int | None = None) -> np.ndar
     if mesh_component not in (None, 1, 2):
         raise ValueError(f"the Mesh is component 1 or 2, got {mesh_component}")
     shapes = 2 if mesh_component is None else mesh_component
-    matrix = np.zeros((META_MATRIX_ROWS if mesh_component is None else MESH_META_MATRIX_ROWS, 9), np.uint8)
+    matrix = np.zeros((META_ROWS if mesh_component is None else MESH_META_ROWS, 9), np.uint8)
     for rule in rules:
         if rule.name not in RELATION_COLUMNS or rule.attr not in ATTRIBUTE_COLUMNS:
             raise ValueError(f"unknown rule {rule.name!r} on {rule.attr!r}")

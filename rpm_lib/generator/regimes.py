@@ -46,7 +46,6 @@ __all__ = [
     "resolve_regime",
     "do_enforce_train_set_rule",
     "restricted_menu",
-    "check_supported",
     "check_split",
     "is_test_split",
     "check_split_proportions",
@@ -290,12 +289,6 @@ def resolve_regime(regime: "Regime | str | None") -> Regime:
             return REGIMES[regime]
         raise ValueError(f"unknown regime {regime!r}; expected one of {', '.join(REGIMES)}")
     raise ValueError(f"regime must be a Regime, a registered name or None, got {type(regime).__name__}")
-
-
-def check_supported(regime: Regime) -> None:
-    """Raise ``NotImplementedError`` for what the generator cannot make yet. Nothing at present: the
-    I-RAVEN-Mesh component exists (``mesh=True``); kept as the one place to refuse a future regime."""
-    return None
 
 
 def check_split(split: str) -> str:

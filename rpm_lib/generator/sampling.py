@@ -41,7 +41,7 @@ from rpm_lib.generator.constants import (
     mesh_component_index,
 )
 from rpm_lib.generator.problem import Rule
-from rpm_lib.generator.regimes import Regime, check_supported, is_test_split, resolve_regime, restricted_menu
+from rpm_lib.generator.regimes import Regime, is_test_split, resolve_regime, restricted_menu
 from rpm_lib.rules import RULE_GROUPS
 
 __all__ = [
@@ -379,7 +379,6 @@ def sample_rules(
     if configuration not in CONFIG_SPECS:
         raise ValueError(f"unknown configuration {configuration!r}; expected one of {list(CONFIG_SPECS)}")
     regime = resolve_regime(regime)
-    check_supported(regime)
     plan = _sampling_plan(configuration, is_test_split(split), regime.held_out, regime.mesh)
     stream = RandomStream.of(rng)
     rules: list[Rule] = []

@@ -44,12 +44,12 @@ import numpy as np
 from rpm_lib.folder_lock import check_free_space, exclusive_writer
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.candidates import check_mode
-from rpm_lib.generator.labels import MESH_META_MATRIX_ROWS, META_MATRIX_ROWS, problem_labels, structure
+from rpm_lib.generator.labels import problem_labels, structure
 from rpm_lib.generator.problem import Problem
-from rpm_lib.generator.regimes import Regime, check_supported, resolve_regime, split_of
+from rpm_lib.generator.regimes import Regime, resolve_regime, split_of
 from rpm_lib.generator.render import render_problem
 from rpm_lib.generator.xml_io import problem_xml
-from rpm_lib.rules import resolve_configurations
+from rpm_lib.rules import MESH_META_ROWS, META_ROWS, resolve_configurations
 
 _TEMP_PREFIX = ".RAVEN_"
 _TEMP_SUFFIX = ".tmp"
@@ -152,7 +152,7 @@ def expected_npz_size(configuration: str, mesh: bool = False) -> int:
     """Exact byte size of every .npz this module writes for ``configuration`` (fixed shapes and dtypes), with
     or without the Mesh."""
     buffer = io.BytesIO()
-    rows = MESH_META_MATRIX_ROWS if mesh else META_MATRIX_ROWS
+    rows = MESH_META_ROWS if mesh else META_ROWS
     arrays = {
         "target": np.array(0, np.int64),
         "predict": np.array(0, np.int64),
@@ -349,12 +349,9 @@ def write_dataset(
     problems. Writes ``generator.json`` and ``regime.json`` into ``root``. Returns
     ``{"total": ..., "skipped": ..., "written": ...}``.
     """
-    if mode not in ("balanced", "original"):
-        raise ValueError(f"mode must be 'balanced' or 'original', got {mode!r}")
     if count < 0 or start < 0:
         raise ValueError(f"count and start must be >= 0, got count={count}, start={start}")
     regime = resolve_regime(regime)
-    check_supported(regime)
     check_mode(mode, regime.mesh)  # before anything is written
     split_of(0, val, test)  # checks the split proportions
     names = resolve_configurations(configurations)
@@ -388,6 +385,11 @@ def regime_record(regime: Regime, seed: int, mode: str, val: int, test: int) -> 
             "train": 10 - val - test, "generator": "rpm_lib", "version": rpm_lib.__version__}
 
 
+def _write_regime_file(root: Path, regime: Regime, seed: int, mode: str, val: int, test: int) -> None:
+    _atomic_write(root / REGIME_FILE, lambda handle: handle.write(
+        (json.dumps(regime_record(regime, seed, mode, val, test), indent=1) + "\n").encode()))
+
+
 def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = None, val: int = 2,
                     test: int = 2) -> None:
     """Refuse to add problems of other settings to a folder; record the settings (and ``regime.json``) in a new one."""
@@ -412,15 +414,13 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
             raise GeneratorSettingsError(f"{root}: holds problems generated with other settings ({said}); use the "
                                          "same settings to extend it, or another --out")
         if not (root / REGIME_FILE).is_file():  # a folder of an rpm_lib from before regime.json
-            _atomic_write(root / REGIME_FILE, lambda handle: handle.write(
-                (json.dumps(regime_record(regime, seed, mode, val, test), indent=1) + "\n").encode()))
+            _write_regime_file(root, regime, seed, mode, val, test)
         return
     if any(root.glob("*/RAVEN_*_*.npz")):
         print(f"rpm-generate: note: {root} has problems but no {SETTINGS_FILE} (made by an older rpm_lib); their "
               f"seed and mode cannot be checked, and no {REGIME_FILE} is written", file=sys.stderr)
         return
-    _atomic_write(root / REGIME_FILE, lambda handle: handle.write(
-        (json.dumps(regime_record(regime, seed, mode, val, test), indent=1) + "\n").encode()))
+    _write_regime_file(root, regime, seed, mode, val, test)
     record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__}, indent=1) + "\n")
 
 

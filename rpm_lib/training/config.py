@@ -426,11 +426,10 @@ def normalise_test_data_roots(roots: list[str]) -> list[str] | None:
 
 def _check_generate_regime(name: str, generate: bool) -> None:
     """``generate_regime`` must name a known regime, and a non-default one only makes sense with ``generate``."""
-    from rpm_lib.training.eval_sets import DEFAULT_REGIME, known_regimes
+    from rpm_lib.generator.regimes import IRAVEN, REGIMES
 
-    known = known_regimes()
-    _check_known("generate_regime", "regime", name, known)
-    if name != DEFAULT_REGIME and not generate:
+    _check_known("generate_regime", "regime", name, list(REGIMES))
+    if name != IRAVEN.name and not generate:
         raise ConfigError(f"config field 'generate_regime': {name} has no effect without generate=true (data_root "
                           "is used as it is); set generate=true or leave generate_regime at its default")
 

@@ -28,13 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rpm_lib.generator.regimes import IRAVEN, REGIMES, Regime, check_supported
+from rpm_lib.generator.regimes import REGIMES, Regime
 from rpm_lib.generator.writer import REGIME_FILE
 from rpm_lib.rules import RULE_GROUPS
 from rpm_lib.training.config import ConfigError, TrainConfig
 
-#: The regime of plain (balanced) I-RAVEN: nothing held out (``generate_regime``'s default).
-DEFAULT_REGIME = IRAVEN.name
 IN_DISTRIBUTION = "in-distribution"
 OUT_OF_DISTRIBUTION = "out-of-distribution"
 UNKNOWN = "unknown"
@@ -44,18 +42,6 @@ DISTRIBUTIONS: tuple[str, ...] = (IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, UNKNOWN)
 TRAINLIKE_SPLITS: tuple[str, ...] = ("train", "val")
 #: Names of the entries of the training data's own splits.
 MAIN_SET_NAMES: tuple[str, ...] = ("val", "test")
-
-
-def known_regimes() -> list[str]:
-    """Names ``generate_regime`` accepts: the generator's registered regimes it can make."""
-    names = []
-    for name, regime in REGIMES.items():
-        try:
-            check_supported(regime)
-        except NotImplementedError:
-            continue
-        names.append(name)
-    return names
 
 
 # ----------------------------------------------------------------------------------------------

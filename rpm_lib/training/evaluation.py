@@ -135,12 +135,3 @@ def answer_summary(predictions: Predictions, config: TrainConfig) -> dict[str, A
     if p.rule_logits is not None:
         out["rules"] = rule_metrics(p.rule_logits, p.rules, config.rule_spec.slot_names())
     return out
-
-
-def summarize(predictions: Predictions, config: TrainConfig, split: str) -> dict[str, Any]:
-    """Metrics of one split, as flat ``metrics.json`` keys prefixed by ``split``: the keys of
-    :func:`answer_summary` as ``<split>_accuracy``, ``<split>_loss``, ``<split>_num_samples``,
-    ``<split>_accuracy_per_configuration`` (+ ``_short``), ``<split>_num_samples_per_configuration`` (I-RAVEN),
-    ``<split>_accuracy_per_regime`` (PGM) and ``<split>_rules`` (with a rule head).
-    """
-    return {f"{split}_{key}": value for key, value in answer_summary(predictions, config).items()}

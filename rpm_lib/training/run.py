@@ -304,7 +304,7 @@ def _evaluate(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule,
     entries = []
     for eval_set in [*main_sets(config), *extra_sets(config)]:
         summary = _evaluate_set(config, module, datamodule, eval_set, device, precision, run_dir)
-        if eval_set.main:
+        if eval_set.main:  # the flat keys of earlier versions: val_accuracy, test_accuracy_per_configuration, ...
             metrics.update({f"{eval_set.split}_{key}": value for key, value in summary.items()})
         evaluated = trained if eval_set.main else read_regime(eval_set.data_root, field="test_data_roots")
         entries.append(set_entry(eval_set, summary, trained, evaluated))
