@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import shutil
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,28 @@ def _widget_area(page, name: str, tmp_path: Path):
     return area, slider
 
 
+@contextmanager
+def _notebook_in_lab(page, tmp_path: Path, template: str, name: str, parameters: dict[str, Any]):
+    """A copy of ``notebooks/<template>`` with ``parameters`` opened in JupyterLab, every cell run; yields the
+    output holding its widgets and its first slider. A screenshot of the whole page is saved at the end."""
+    notebook = tmp_path / f"{name}.ipynb"
+    shutil.copy(REPO / "notebooks" / template, notebook)
+    set_parameters(notebook, parameters)
+    with jupyterlab(tmp_path) as (url, token):
+        try:
+            page.goto(f"{url}/lab/tree/{notebook.name}?token={token}")
+            yield _widget_area(page, name, tmp_path)
+        finally:
+            page.screenshot(path=str(tmp_path / f"{name}-final.png"), full_page=True)
+
+
+def _redraw(page, area, action: Callable[[], None]) -> None:
+    """Do ``action`` (move a control) and wait until the widget shows a new picture."""
+    before = area.locator("img").last.get_attribute("src")
+    action()
+    _wait_for_redraw(page, before)
+
+
 @pytest.fixture
 def browser_page(tmp_path: Path):
     from playwright.sync_api import sync_playwright
@@ -161,77 +185,54 @@ def _sample_dataset(root: Path, split: str = "train"):
 def test_01_runs_and_its_controls_redraw_the_problem_they_name(tmp_path: Path, browser_page) -> None:
     from rpm_lib import viz
 
-    notebook = tmp_path / "01.ipynb"
-    shutil.copy(REPO / "notebooks" / "01_explore_dataset.ipynb", notebook)
-    set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80})
     page = browser_page
-    with jupyterlab(tmp_path) as (url, token):
-        try:
-            page.goto(f"{url}/lab/tree/01.ipynb?token={token}")
-            area, slider = _widget_area(page, "01", tmp_path)
-            dataset = _sample_dataset(tmp_path / "sample")
-            members = viz.indices_by_configuration(dataset)
-            # The dropdown: another configuration, its first problem.
-            before = area.locator("img").last.get_attribute("src")
-            area.locator("select").first.select_option(label="L-R")
-            _wait_for_redraw(page, before)
-            lr = "left_center_single_right_center_single"
-            assert f"{lr}/RAVEN_0_train (index 0 of 6 train problems)" in area.inner_text()
-            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(members[lr][0])), tmp_path / "01-L-R-0")
-            # The slider: the next problem of that configuration.
-            before = area.locator("img").last.get_attribute("src")
-            _move_slider(page, slider)
-            _wait_for_redraw(page, before)
-            area.screenshot(path=str(tmp_path / "01-widget-after.png"))
-            assert slider.locator(".widget-readout").inner_text().strip() == "1"
-            assert f"{lr}/RAVEN_1_train (index 1 of 6 train problems)" in area.inner_text()
-            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(members[lr][1])), tmp_path / "01-L-R-1")
-            assert _problems(page) == []
-        finally:
-            page.screenshot(path=str(tmp_path / "01-final.png"), full_page=True)
+    parameters = {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80}
+    with _notebook_in_lab(page, tmp_path, "01_explore_dataset.ipynb", "01", parameters) as (area, slider):
+        dataset = _sample_dataset(tmp_path / "sample")
+        members = viz.indices_by_configuration(dataset)
+        # The dropdown: another configuration, its first problem.
+        _redraw(page, area, lambda: area.locator("select").first.select_option(label="L-R"))
+        lr = "left_center_single_right_center_single"
+        assert f"{lr}/RAVEN_0_train (index 0 of 6 train problems)" in area.inner_text()
+        _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(members[lr][0])), tmp_path / "01-L-R-0")
+        # The slider: the next problem of that configuration.
+        _redraw(page, area, lambda: _move_slider(page, slider))
+        area.screenshot(path=str(tmp_path / "01-widget-after.png"))
+        assert slider.locator(".widget-readout").inner_text().strip() == "1"
+        assert f"{lr}/RAVEN_1_train (index 1 of 6 train problems)" in area.inner_text()
+        _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(members[lr][1])), tmp_path / "01-L-R-1")
+        assert _problems(page) == []
 
 
 def test_02_runs_and_its_controls_redraw_the_augmentation_they_name(tmp_path: Path, browser_page) -> None:
     from rpm_lib import augment, rules, viz
 
-    notebook = tmp_path / "02.ipynb"
-    shutil.copy(REPO / "notebooks" / "02_augmentations.ipynb", notebook)
-    set_parameters(notebook, {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80,
-                              "num_random": 2})
     page = browser_page
-    with jupyterlab(tmp_path) as (url, token):
-        try:
-            page.goto(f"{url}/lab/tree/02.ipynb?token={token}")
-            area, slider = _widget_area(page, "02", tmp_path)
-            assert "rotate, seed 0: " in area.inner_text()
-            dataset = _sample_dataset(tmp_path / "sample")
-            problem = int(viz.indices_by_configuration(dataset)["left_center_single_right_center_single"][0])
-            sample = dataset[problem]
-            panels, target = sample["panels"].numpy(), int(sample["target"])
-            preserve = rules.requires_position_preserving(dataset.labels.meta[problem])
+    parameters = {"sample_root": str(tmp_path / "sample"), "sample_per_config": 10, "image_size": 80, "num_random": 2}
+    with _notebook_in_lab(page, tmp_path, "02_augmentations.ipynb", "02", parameters) as (area, slider):
+        assert "rotate, seed 0: " in area.inner_text()
+        dataset = _sample_dataset(tmp_path / "sample")
+        problem = int(viz.indices_by_configuration(dataset)["left_center_single_right_center_single"][0])
+        sample = dataset[problem]
+        panels, target = sample["panels"].numpy(), int(sample["target"])
+        preserve = rules.requires_position_preserving(dataset.labels.meta[problem])
 
-            def augmented(transform: str, seed: int):
-                aug = augment.single_transform(transform, seed=seed)
-                out = aug(panels, preserve_position=preserve)
-                return viz.describe_applied(aug.last_applied), out
+        def augmented(transform: str, seed: int):
+            aug = augment.single_transform(transform, seed=seed)
+            out = aug(panels, preserve_position=preserve)
+            return viz.describe_applied(aug.last_applied), out
 
-            # The slider: the next seed draws another rotation.
-            before = area.locator("img").last.get_attribute("src")
-            _move_slider(page, slider)
-            _wait_for_redraw(page, before)
-            caption, out = augmented("rotate", 1)
-            assert f"rotate, seed 1: {caption}" in area.inner_text()
-            _assert_same_image(area, lambda: viz.plot_rpm(out, target=target, title=caption), tmp_path / "02-rotate-1")
-            # The dropdown: another transform, same seed.
-            before = area.locator("img").last.get_attribute("src")
-            area.locator("select").first.select_option("hflip")
-            _wait_for_redraw(page, before)
-            area.screenshot(path=str(tmp_path / "02-widget-hflip.png"))
-            caption, out = augmented("hflip", 1)
-            assert caption == "hflip" and "hflip, seed 1: hflip" in area.inner_text()
-            _assert_same_image(area, lambda: viz.plot_rpm(out, target=target, title=caption), tmp_path / "02-hflip-1")
-        finally:
-            page.screenshot(path=str(tmp_path / "02-final.png"), full_page=True)
+        # The slider: the next seed draws another rotation.
+        _redraw(page, area, lambda: _move_slider(page, slider))
+        caption, out = augmented("rotate", 1)
+        assert f"rotate, seed 1: {caption}" in area.inner_text()
+        _assert_same_image(area, lambda: viz.plot_rpm(out, target=target, title=caption), tmp_path / "02-rotate-1")
+        # The dropdown: another transform, same seed.
+        _redraw(page, area, lambda: area.locator("select").first.select_option("hflip"))
+        area.screenshot(path=str(tmp_path / "02-widget-hflip.png"))
+        caption, out = augmented("hflip", 1)
+        assert caption == "hflip" and "hflip, seed 1: hflip" in area.inner_text()
+        _assert_same_image(area, lambda: viz.plot_rpm(out, target=target, title=caption), tmp_path / "02-hflip-1")
 
 
 def _run_test_dataset(run: Path):
@@ -246,37 +247,24 @@ def _run_test_dataset(run: Path):
 def test_04_runs_and_its_failure_slider_redraws_the_failure_it_names(tmp_path: Path, browser_page, tiny_run) -> None:
     from rpm_lib import viz
 
-    notebook = tmp_path / "04.ipynb"
-    shutil.copy(REPO / "notebooks" / "04_evaluate.ipynb", notebook)
-    set_parameters(notebook, {"run_dir": str(tiny_run)})
     files, dataset = _run_test_dataset(tiny_run)
     p = files.predictions
     wrong = np.flatnonzero(p["predicted"] != p["target"])
     assert len(wrong) >= 2, "the tiny run needs two wrong answers for this test"
     page = browser_page
-    with jupyterlab(tmp_path) as (url, token):
-        try:
-            page.goto(f"{url}/lab/tree/04.ipynb?token={token}")
-            area, slider = _widget_area(page, "04", tmp_path)
-            before = area.locator("img").last.get_attribute("src")
-            _move_slider(page, slider)
-            _wait_for_redraw(page, before)
-            i = wrong[1]
-            assert (f"failure 2 of {len(wrong)}: {p['source_id'][i]} (answer {p['target'][i]}, "
-                    f"chosen {p['predicted'][i]})") in area.inner_text()
-            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i])),
-                               tmp_path / "04-failure-2")
-        finally:
-            page.screenshot(path=str(tmp_path / "04-final.png"), full_page=True)
+    with _notebook_in_lab(page, tmp_path, "04_evaluate.ipynb", "04", {"run_dir": str(tiny_run)}) as (area, slider):
+        _redraw(page, area, lambda: _move_slider(page, slider))
+        i = wrong[1]
+        assert (f"failure 2 of {len(wrong)}: {p['source_id'][i]} (answer {p['target'][i]}, "
+                f"chosen {p['predicted'][i]})") in area.inner_text()
+        _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i])),
+                           tmp_path / "04-failure-2")
 
 
 def test_05_runs_and_its_problem_slider_shows_the_problem_beside_its_rules(tmp_path: Path, browser_page,
                                                                             tiny_run) -> None:
     from rpm_lib import rules, viz
 
-    notebook = tmp_path / "05.ipynb"
-    shutil.copy(REPO / "notebooks" / "05_rule_predictions.ipynb", notebook)
-    set_parameters(notebook, {"run_dir": str(tiny_run)})
     files, dataset = _run_test_dataset(tiny_run)
     p, encoding = files.predictions, files.config.rule_spec
     i = 1
@@ -284,18 +272,12 @@ def test_05_runs_and_its_problem_slider_shows_the_problem_beside_its_rules(tmp_p
     lines = viz.rule_comparison_lines(encoding.decode(p["rules"][i], configuration=where),
                                       encoding.decode(viz.sigmoid(p["rule_logits"][i]), 0.5, configuration=where))
     page = browser_page
-    with jupyterlab(tmp_path) as (url, token):
-        try:
-            page.goto(f"{url}/lab/tree/05.ipynb?token={token}")
-            area, slider = _widget_area(page, "05", tmp_path)
-            before = area.locator("img").last.get_attribute("src")
-            _move_slider(page, slider)
-            _wait_for_redraw(page, before)
-            text = area.inner_text()
-            assert f"problem 2 of {len(p['target'])}: {p['source_id'][i]}" in text
-            assert all(line in text for line in lines), (lines, text)
-            _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i]),
-                                                            rule_lines=lines, rules_heading="Rules, true vs predicted"),
-                               tmp_path / "05-problem-2")
-        finally:
-            page.screenshot(path=str(tmp_path / "05-final.png"), full_page=True)
+    parameters = {"run_dir": str(tiny_run)}
+    with _notebook_in_lab(page, tmp_path, "05_rule_predictions.ipynb", "05", parameters) as (area, slider):
+        _redraw(page, area, lambda: _move_slider(page, slider))
+        text = area.inner_text()
+        assert f"problem 2 of {len(p['target'])}: {p['source_id'][i]}" in text
+        assert all(line in text for line in lines), (lines, text)
+        _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i]),
+                                                        rule_lines=lines, rules_heading="Rules, true vs predicted"),
+                           tmp_path / "05-problem-2")
