@@ -19,21 +19,5 @@ if [[ " $* " == *" --cpu-dry-run "* ]]; then
     exec "$PY" bench/device_check.py "$@"
 fi
 
-PY=${PYTHON:-python3}
-WHEELS=${WHEELS:-.device/wheels}
-SITE=/tmp/rpm-site
-if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
-    echo "device_check: no wheels in $WHEELS (run \`make device-wheels\` here and carry .device)" >&2
-else
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
-        || echo "device_check: installing the carried wheels failed; continuing with what is there" >&2
-    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE/rpm" . \
-        || echo "device_check: installing rpm_lib's console scripts failed" >&2
-fi
-export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
-export PATH="$SITE/bin:$SITE/rpm/bin:$PATH"
-# The papermill kernel: a kernelspec for this interpreter, found through JUPYTER_PATH.
-"$PY" -m ipykernel install --prefix /tmp/rpm-jupyter --name python3 >/dev/null 2>&1 \
-    || echo "device_check: ipykernel kernelspec could not be installed" >&2
-export JUPYTER_PATH="/tmp/rpm-jupyter/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
+source bench/device_env.sh
 exec "$PY" bench/device_check.py "$@"

@@ -46,10 +46,19 @@ and the ``report`` notebook (if any) is executed into ``<out>/<stem>.ipynb`` wit
 
 Relative paths in the YAML (template, out, prepare) and relative paths passed to notebooks are relative
 to the current working directory (run from the repository root); kernels run in that directory.
+
+Time-boxed batches (``--time-budget SECONDS``): every run started gets ``time_budget`` = the time left (less
+:data:`BATCH_MARGIN_S` for its kernel and the tables) and ``resume=true``; a run the budget cut short ends
+``unfinished`` (its ``progress.json`` says so, ``03_train`` skips its figures), the ``then`` notebooks wait
+for a finished run, runs not started for lack of time are ``unfinished`` too, and ``rpm-batch`` exits with 75.
+Running the same command again continues. ``rpm-batch pack`` / ``unpack`` carry the resumable state of a batch
+folder to another machine (``rpm_lib.run_archive``); ``rpm-batch progress`` prints each run's epochs and
+validation accuracy.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import itertools
 import json
@@ -77,6 +86,13 @@ OUTPUT_DIR_PARAMETER = "output_dir"
 RUN_DIR_PARAMETER = "run_dir"
 #: A training run is finished when its folder holds this file.
 FINISHED_MARKER = "metrics.json"
+#: Seconds of a batch's time budget kept back from each run's own: its kernel's start and the batch's tables
+#: (at most a tenth of the budget, for short budgets).
+BATCH_MARGIN_S = 20.0
+#: A run is not started when less than this (at most a tenth of the budget) is left for it.
+MIN_RUN_SECONDS = 15.0
+#: Exit status when runs are unfinished (time budget) and none failed; the same as rpm-train's.
+UNFINISHED_EXIT_CODE = 75
 
 
 class BatchConfigError(ValueError):
@@ -138,7 +154,8 @@ class RunSpec:
 
 @dataclass
 class RunResult:
-    """Outcome of one run: ``status`` is ``"done"``, ``"skipped"`` (already finished), ``"failed"`` or ``"planned"``."""
+    """Outcome of one run: ``status`` is ``"done"``, ``"skipped"`` (already finished), ``"failed"``, ``"planned"`` or
+    ``"unfinished"`` (a time budget ended it, or left no time to start it; run the batch again to continue)."""
 
     spec: RunSpec
     run_dir: Path
@@ -409,12 +426,22 @@ def _describe_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
+def run_unfinished(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` was stopped by its time budget (``progress.json`` status ``unfinished``)."""
+    try:
+        return json.loads((run_dir / "progress.json").read_text()).get("status") == "unfinished"
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return False
+
+
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
-            threads: int | None = None) -> RunResult:
+            threads: int | None = None, deadline: tuple[float, float] | None = None) -> RunResult:
     """Execute one grid point (template, then the ``then`` notebooks); never raises for notebook failures.
 
     ``cuda_devices`` / ``threads`` set ``CUDA_VISIBLE_DEVICES`` / ``OMP_NUM_THREADS`` for the kernels started
-    here (meant for worker processes; ``run_batch`` restores them when running in-process).
+    here (meant for worker processes; ``run_batch`` restores them when running in-process). ``deadline``
+    = (end in ``time.time()`` seconds, the batch's whole budget) bounds the run: it gets ``time_budget`` and
+    ``resume=true`` (see the module docstring) or, with too little time left, is not started (``unfinished``).
     """
     run_dir = run_dir_of(out, spec).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -433,7 +460,14 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
         return {RUN_DIR_PARAMETER: str(run_dir), OUTPUT_DIR_PARAMETER: str(run_dir / nb.stem)}
 
     if not (run_dir / FINISHED_MARKER).is_file():
-        steps.append((config.template, {**spec.parameters, **folders(config.template)},
+        budget: dict[str, Any] = {}
+        if deadline is not None:
+            end, whole = deadline
+            left = end - time.time() - min(BATCH_MARGIN_S, 0.1 * whole)
+            if left < min(MIN_RUN_SECONDS, 0.1 * whole):
+                return RunResult(spec, run_dir, "unfinished", 0.0, "not started: the batch's time budget is spent")
+            budget = {"time_budget": round(left, 1), "resume": True}
+        steps.append((config.template, {**spec.parameters, **budget, **folders(config.template)},
                       run_dir / config.template.name))
     for nb in config.then:
         out_nb = run_dir / nb.name
@@ -448,6 +482,8 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
                              execution_timeout=config.execution_timeout)
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
+                if run_unfinished(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
+                    return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, None, executed)
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, the batch goes on
             message = f"step: {template}\nexecuted notebook: {out_nb}\n\n{_describe_error(exc)}"
@@ -513,7 +549,8 @@ def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, 
 def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out: str | Path | None = None,
               grids: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
               cuda_devices: Sequence[str] | None = None, quiet: bool = False,
-              prepare: bool = True) -> list[RunResult]:
+              prepare: bool = True, time_budget: float | None = None,
+              workers_per_run: int | str | None = None) -> list[RunResult]:
     """Run (or, with ``dry_run``, only plan) every run of a batch YAML; see the module docstring.
 
     Args:
@@ -527,17 +564,30 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         quiet: no progress lines on stdout.
         prepare: run the YAML's ``prepare`` commands (False when the caller already made the data,
             e.g. ``make demo``, which passes its own ``data_root`` in ``overrides``).
+        time_budget: wall-clock seconds for the whole call, preparation included (see the module docstring);
+            needs a template with a ``time_budget`` parameter (``03_train``).
+        workers_per_run: DataLoader workers of each run (the template's ``num_workers``), or ``"auto"``: the
+            machine's cores shared among the ``jobs`` runs at once, one core each kept for the training process.
 
     Returns:
         One ``RunResult`` per run, in grid order. Failed runs do not raise.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if time_budget is not None and not time_budget > 0:
+        raise BatchConfigError(f"--time-budget must be a positive number of seconds, got {time_budget}")
+    deadline = None if time_budget is None else (time.time() + time_budget, float(time_budget))
     log = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
     config = load_batch_config(config_path)
     out_dir = Path(out) if out is not None else config.out
+    if workers_per_run is not None:
+        if workers_per_run == "auto":
+            workers_per_run = max(0, (os.cpu_count() or 1) // jobs - 1)
+        overrides = {**(overrides or {}), "num_workers": int(workers_per_run)}
     specs = expand_grid(config, grids, overrides)
     check_parameters(config, specs)
+    if deadline is not None and "time_budget" not in notebook_parameters(config.template):
+        raise _fail(config.path, f"--time-budget: the template {config.template} has no 'time_budget' parameter")
     plan = []
     for spec in specs:
         run_dir = run_dir_of(out_dir, spec)
@@ -577,7 +627,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
             for i, (spec, run_dir) in enumerate(todo, 1):
                 log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir} "
                     f"(live: {run_dir / 'history.csv'})")
-                report(i, run_one(spec, config, out_dir, device_for(i - 1)))
+                report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
         finally:
             if devices is not None:
                 if saved is None:
@@ -591,7 +641,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         # spawn: the parent may have imported torch/threads (a notebook, the demo); fork would be unsafe.
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         with pool:
-            futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads): spec
+            futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads, deadline): spec
                        for i, (spec, _) in enumerate(todo)}
             for i, fut in enumerate(as_completed(futures), 1):
                 spec = futures[fut]
@@ -604,8 +654,11 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     results = [by_name[(s.grid, s.name)] for s in specs]
     paths = gather_results(out_dir)
     failed = [r for r in results if r.status == "failed"]
+    unfinished = [r for r in results if r.status == "unfinished"]
     log(f"done: {sum(r.status == 'done' for r in results)} run, {sum(r.status == 'skipped' for r in results)} "
-        f"skipped, {len(failed)} failed")
+        f"skipped, {len(failed)} failed, {len(unfinished)} unfinished")
+    for r in unfinished:
+        log(f"  unfinished {r.run_dir}{': ' + r.error if r.error else ''} (run the batch again to continue)")
     for r in failed:
         log(f"  FAILED {r.run_dir} (see error.txt and the executed notebook there)")
     if config.report is not None:
@@ -645,7 +698,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "  rpm-batch configs/table1.yaml --jobs 4       # the paper's grid (GPU machine)\n"
                 "  rpm-batch configs/table1.yaml --grid ablation_beta --set max_epochs=10\n"
                 "  rpm-batch configs/regimes_cpu.yaml           # train on a regime, test in / out of distribution\n"
-                "  rpm-batch --gather runs/table1              # only rebuild results.csv / table1.md"),
+                "  rpm-batch --gather runs/table1              # only rebuild results.csv / table1.md\n"
+                "  rpm-batch configs/table1_scl_gpu.yaml --jobs 5 --cuda-devices 0 --time-budget 540   # one GPU slice\n"
+                "  rpm-batch pack runs/table1_scl --out state.tar.gz   # resumable state (also: unpack, progress;\n"
+                "                                                  #   rpm-batch pack --help)"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", nargs="?", help="batch YAML (e.g. configs/table1.yaml)")
@@ -657,11 +713,94 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="KEY=VALUE", help="force a notebook parameter on every run (YAML value; repeatable)")
     parser.add_argument("--cuda-devices", help="comma-separated GPU ids assigned round-robin to runs, e.g. 0,1,2,3")
     parser.add_argument("--gather", metavar="BATCH_DIR", help="only gather results of an existing batch folder")
+    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+                        help="wall-clock seconds for this call: runs stop at a step boundary before it ends, leave a "
+                             "resumable state and count as unfinished (exit status 75); run again to continue")
+    parser.add_argument("--workers-per-run", type=_workers, metavar="N|auto",
+                        help="DataLoader workers of each run (its num_workers); auto: the cores shared among the runs "
+                             "executed at once (--jobs), one kept for each run's training process")
     return parser
 
 
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a count or 'auto', got {text!r}")
+    return int(text)
+
+
+def build_state_parser() -> argparse.ArgumentParser:
+    """``rpm-batch pack | unpack | progress``: a batch folder's resumable state and standing."""
+    parser = argparse.ArgumentParser(
+        prog="rpm-batch",
+        description="Carry a batch's (or one run's) resumable state to another machine, or show where its runs "
+                    "stand. pack keeps only what resuming needs (config, progress, history, results; the "
+                    "checkpoints of unfinished runs, best weights reduced to the model); unpack checks every file's "
+                    "SHA-256 and refuses anything but run-state files. Resume there with the same command after "
+                    "regenerating the data: a run refuses data whose fingerprint differs from its progress.json.",
+        epilog="examples:\n"
+               "  rpm-batch pack runs/table1_scl --out results/table1_scl_gpu/state.tar.gz\n"
+               "  rpm-batch unpack results/table1_scl_gpu/state.tar.gz --out runs/table1_scl\n"
+               "  rpm-batch progress runs/table1_scl",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    pack = commands.add_parser("pack", help="pack the resumable state of every run under a folder")
+    pack.add_argument("folder", help="a batch folder or one run folder")
+    pack.add_argument("--out", required=True, help="archive to write (.tar.gz)")
+    pack.add_argument("--keep-final-weights", action="store_true",
+                      help="also keep finished runs' final weights (resuming never needs them)")
+    pack.add_argument("--compact", action="store_true",
+                      help="store unfinished runs' Adam moments in bfloat16 (12 instead of 16 bytes per parameter; "
+                           "resuming is then not bit-exact: for GPU runs, which are not bit-exact anyway)")
+    unpack = commands.add_parser("unpack", help="restore run folders from an archive")
+    unpack.add_argument("archive", help="an archive written by rpm-batch pack")
+    unpack.add_argument("--out", required=True, help="folder to restore into (the packed folder's place)")
+    unpack.add_argument("--overwrite", action="store_true", help="replace files that already exist")
+    progress = commands.add_parser("progress", help="print each run's status, epochs and validation accuracy")
+    progress.add_argument("folder", help="a batch folder")
+    progress.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
+    return parser
+
+
+def state_main(argv: Sequence[str]) -> int:
+    """``rpm-batch pack | unpack | progress``; returns 2 for bad input (one line on stderr)."""
+    from rpm_lib import run_archive, run_progress
+
+    args = build_state_parser().parse_args(argv)
+    try:
+        if args.command == "pack":
+            runs = run_archive.pack(args.folder, args.out, keep_final_weights=args.keep_final_weights,
+                                    compact=args.compact)
+            print(f"rpm-batch pack: {len(runs)} run(s) into {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
+            print("\n".join(run_archive.describe(runs)))
+        elif args.command == "unpack":
+            manifest = run_archive.unpack(args.archive, args.out, overwrite=args.overwrite)
+            print(f"rpm-batch unpack: {len(manifest['runs'])} run(s), {len(manifest['files'])} files into {args.out} "
+                  f"(packed {manifest.get('created', '?')})")
+        else:
+            if not Path(args.folder).is_dir():
+                raise run_archive.ArchiveError(f"{args.folder}: no such batch folder")
+            runs = run_progress.batch_progress(args.folder)
+            if args.json:
+                print(json.dumps([dataclasses.asdict(run) for run in runs], indent=1))
+            else:
+                print(run_progress.progress_table(runs))
+    except run_archive.ArchiveError as error:
+        print(f"rpm-batch {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+STATE_COMMANDS = ("pack", "unpack", "progress")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point ``rpm-batch``; returns 1 when any run failed."""
+    """Console entry point ``rpm-batch``; returns 1 when any run failed, 75 when runs are unfinished (time budget),
+    2 for bad input."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in STATE_COMMANDS:
+        return state_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -678,11 +817,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
                             overrides=dict(args.overrides),
-                            cuda_devices=args.cuda_devices.split(",") if args.cuda_devices else None)
+                            cuda_devices=args.cuda_devices.split(",") if args.cuda_devices else None,
+                            time_budget=args.time_budget, workers_per_run=args.workers_per_run)
     except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step
         print(f"rpm-batch: error: {exc}", file=sys.stderr)
         return 2
-    return 1 if any(r.status == "failed" for r in results) else 0
+    if any(r.status == "failed" for r in results):
+        return 1
+    return UNFINISHED_EXIT_CODE if any(r.status == "unfinished" for r in results) else 0
 
 
 if __name__ == "__main__":

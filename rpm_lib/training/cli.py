@@ -3,6 +3,7 @@
     rpm-train --config configs/iraven.yaml setup=mlcl_aug encoder=scl seed=1 run_dir=runs/scl_mlcl_aug_s1
     rpm-train --config configs/tiny.yaml --print-config        # show the resolved config and exit
     rpm-train --config configs/tiny.yaml test_data_roots=[data/other-regime]   # also test on another folder
+    rpm-train --config configs/iraven.yaml time_budget=540 resume=true   # 9 minutes, then exit 75 if unfinished
     torchrun --nproc-per-node 4 -m rpm_lib.training.cli --config configs/iraven.yaml devices=4 strategy=ddp
 
 It runs exactly what ``rpm_lib.training.train(TrainConfig.from_yaml(...))`` runs in a notebook.
@@ -37,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rpm-train",
         description="Train an RPM model with one of the MLCL paper's setups (ce, ce_aux_dense, ce_aux_sparse, "
                     "mlcl, mlcl_aug) and evaluate it; writes config.yaml, checkpoints/, history.csv, "
-                    "metrics.json and predictions.npz into run_dir.",
+                    "metrics.json and predictions.npz into run_dir. Exit status: 0 finished, 2 bad config or "
+                    "data, 1 diverged, 75 unfinished (time_budget reached; resume=true continues).",
         epilog=_fields_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -80,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteLossError as error:
         print(f"rpm-train: error: {error}", file=sys.stderr)
         return 1
+    if metrics.get("status") == "unfinished":
+        from rpm_lib.training.run import UNFINISHED_EXIT_CODE
+
+        print(f"rpm-train: unfinished: the time budget ({config.time_budget:g} s) ended the run in {metrics['stage']} "
+              f"after step {metrics['global_step']}; continue with resume=true (state in {config.run_dir})",
+              file=sys.stderr)
+        return UNFINISHED_EXIT_CODE
     if "test_accuracy" in metrics:
         summary = {k: metrics[k] for k in ("setup", "encoder", "test_accuracy", "test_accuracy_per_configuration_short",
                                            "test_accuracy_per_regime") if k in metrics}

@@ -67,6 +67,11 @@ class TrainConfig:
     progress_bar: bool = _field(True, "show progress bars (turn off for headless / SLURM logs)", "run")
     save_predictions: bool = _field(True, "write per-sample test predictions to <run_dir>/predictions.npz", "run")
     log_every_n_steps: int = _field(50, "Lightning logging interval in optimiser steps", "run", minimum=1)
+    time_budget: Union[float, None] = _field(None, "wall-clock seconds this call may run (from its start): it stops "
+                                             "at a step boundary before the budget ends, leaves a resumable state, "
+                                             "marks progress.json 'unfinished' (rpm-train exits with 75); rerun "
+                                             "with resume=true to continue; null = no limit", "run",
+                                             exclusive_minimum=0.0)
 
     # --- data ------------------------------------------------------------------------------------
     dataset: str = _field("iraven", "dataset family: iraven (I-RAVEN / RAVEN file layout) or pgm", "data",
@@ -178,6 +183,9 @@ class TrainConfig:
                                 choices=MEMORY_FORMATS)
     sync_batchnorm: bool = _field(False, "synchronise BatchNorm statistics across DDP processes", "hardware")
     deterministic: bool = _field(False, "torch deterministic algorithms (slower on GPU)", "hardware")
+    compile: bool = _field(False, "torch.compile the encoder (in place: checkpoints keep their keys); the first "
+                           "steps of every stage pay the compilation; measure with bench/profile_training.py "
+                           "--compile before turning it on", "hardware")
 
     # --- limits ----------------------------------------------------------------------------------
     limit_train_batches: Union[int, float] = _field(1.0, "batches per training epoch: fraction (float) or "

@@ -12,6 +12,11 @@ number of DataLoader workers and whether the run was interrupted. So:
   transform to every panel, so it commutes with reordering panels.
   Validation / test sets use the dataset's ``answer_order="fixed"`` (a function of ``(seed, source_id)``).
 
+A time-boxed run (``rpm_lib.training.time_budget``) may stop in the middle of an epoch: the training loader is a
+:class:`ResumableLoader`, whose position in the epoch goes into the checkpoint (Lightning saves and restores
+loaders that have ``state_dict`` / ``load_state_dict``), so a resumed epoch yields exactly the batches an
+uninterrupted one would still have yielded.
+
 Batches are dicts: ``panels`` uint8 (B, 16, S, S) or (B, V, 16, S, S), ``target`` int64 (B,), ``rules``
 float32 (B, R) in the configured encoding, ``configuration`` int64 (B,), ``index`` int64 (B,) (dataset
 index), ``source_id`` list[str].
@@ -19,7 +24,7 @@ index), ``source_id`` list[str].
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +146,14 @@ class EpochSampler(Sampler):
         self.world_size = world_size
         self.pad = pad
         self.epoch = 0
+        self._resume: tuple[int, int] | None = None  # (epoch, keys to skip) of a resumed, unfinished epoch
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
+
+    def resume_at(self, epoch: int, skip: int) -> None:
+        """The next iteration over ``epoch`` starts after its first ``skip`` keys (of this rank's shard)."""
+        self._resume = (int(epoch), int(skip)) if skip > 0 else None
 
     def _local_count(self) -> int:
         if self.pad:
@@ -162,8 +172,40 @@ class EpochSampler(Sampler):
         if self.pad and self.world_size > 1:
             total = self._local_count() * self.world_size
             order = np.resize(order, total)  # np.resize repeats from the start
-        for position in order[self.rank::self.world_size]:
+        shard = order[self.rank::self.world_size]
+        if self._resume is not None and self._resume[0] == epoch:
+            shard = shard[self._resume[1]:]
+        self._resume = None
+        for position in shard:
             yield epoch, int(position)
+
+
+class ResumableLoader(DataLoader):
+    """A training ``DataLoader`` over an :class:`EpochSampler` that knows its position in the epoch.
+
+    Lightning saves ``state_dict()`` in every checkpoint and calls ``load_state_dict`` when it resumes one.
+    The position is the number of batches the trainer finished in the current epoch, asked from
+    ``batches_done`` at save time (batches a worker has prefetched are not finished, so the loader cannot
+    count them itself).
+
+    Args:
+        batches_done: returns the finished batches of the current epoch (``None``: the state is empty).
+        *args, **kwargs: as ``DataLoader``; ``sampler`` must be an :class:`EpochSampler`.
+    """
+
+    def __init__(self, *args: Any, batches_done: Callable[[], int] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches_done = batches_done
+
+    def state_dict(self) -> dict[str, int]:
+        if self.batches_done is None:
+            return {}
+        return {"epoch": int(self.sampler.epoch), "batches_done": int(self.batches_done())}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state:
+            assert self.batch_size is not None
+            self.sampler.resume_at(state["epoch"], state["batches_done"] * self.batch_size)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -175,12 +217,16 @@ class RpmDataModule(L.LightningDataModule):
     Args:
         config: the run configuration.
         plan: the stage (batch size, number of views, augmentation recipe).
+        fingerprint: called with ``data_root`` once the data exist (after generation), before training reads
+            them: ``train`` records the data's fingerprint there, or refuses data other than a resumed run's.
     """
 
-    def __init__(self, config: TrainConfig, plan: StagePlan) -> None:
+    def __init__(self, config: TrainConfig, plan: StagePlan,
+                 fingerprint: Callable[[str | Path], Any] | None = None) -> None:
         super().__init__()
         self.config = config
         self.plan = plan
+        self.fingerprint = fingerprint
         self.rule_key = config.rule_spec.sample_key
         self.train_set: SeededSamples | None = None
         self.val_set: SeededSamples | None = None
@@ -212,6 +258,8 @@ class RpmDataModule(L.LightningDataModule):
         return SeededSamples(base, self.rule_key, positions)
 
     def setup(self, stage: str | None = None) -> None:
+        if self.fingerprint is not None:
+            self.fingerprint(self.config.data_root)
         if self.train_set is None:
             self.train_set = self.make_split("train", training=True)
             self.val_set = self.make_split("val")
@@ -225,18 +273,29 @@ class RpmDataModule(L.LightningDataModule):
             return 0, 1
         return trainer.global_rank, trainer.world_size
 
-    def _loader(self, dataset: SeededSamples, batch_size: int, shuffle: bool, rank: int, world: int) -> DataLoader:
+    def _loader(self, dataset: SeededSamples, batch_size: int, shuffle: bool, rank: int, world: int,
+                batches_done: Callable[[], int] | None = None) -> DataLoader:
         sampler = EpochSampler(len(dataset), self.config.seed, shuffle=shuffle, rank=rank, world_size=world)
         # A size-1 last batch breaks BatchNorm1d in train mode; drop the ragged end when there is more than one batch.
         drop_last = shuffle and len(sampler) > batch_size
         workers = self.config.num_workers
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=workers,
-                          persistent_workers=workers > 0, pin_memory=_pin_memory(self.config))
+        common = dict(batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=workers,
+                      persistent_workers=workers > 0, pin_memory=_pin_memory(self.config))
+        if batches_done is not None:
+            return ResumableLoader(dataset, batches_done=batches_done, **common)
+        return DataLoader(dataset, **common)
 
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
         rank, world = self._world()
-        return self._loader(self.train_set, self.plan.batch_size, True, rank, world)
+        return self._loader(self.train_set, self.plan.batch_size, True, rank, world, self._batches_done)
+
+    def _batches_done(self) -> int:
+        """Training batches the trainer has finished in its current epoch (asked when a checkpoint is written)."""
+        assert self.trainer is not None
+        # The time budget writes its checkpoint in on_train_batch_end, before Lightning counts the batch as
+        # completed; `processed` already counts it there, and equals `completed` at an epoch's end.
+        return int(self.trainer.fit_loop.epoch_loop.batch_progress.current.processed)
 
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None

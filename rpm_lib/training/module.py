@@ -70,6 +70,10 @@ class RpmModule(L.LightningModule):
         if resolve_memory_format(config) == "channels_last":
             # 4-D weights in NHWC: cuDNN's (and oneDNN's) fast convolution layout; activations follow the weights.
             self.encoder = self.encoder.to(memory_format=torch.channels_last)
+        if config.compile:
+            # In place (nn.Module.compile): parameter names, state_dict keys and checkpoints stay those of the
+            # plain encoder, so runs with and without compilation resume each other's checkpoints.
+            self.encoder.compile()
         dim = self.encoder.embedding_dim
         self.scoring_head = ScoringHead(dim)
         self.rule_head = RuleHead(dim, num_rules, pooling=config.rule_pooling) if uses_rule_head(config) else None
@@ -225,7 +229,9 @@ class RpmModule(L.LightningModule):
         self._epoch_loss_sum = self._epoch_loss_sum + value.detach() * size  # a tensor: no device sync per step
         self._epoch_loss_count += size
         # Training logs are this process's view (no per-step all-reduce under DDP); validation logs are synced.
-        self.log("train/loss", value, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        # On the progress bar only when there is one: a step value shown there is read back every step
+        # (Lightning calls .item() on it), which makes the host wait for the GPU to finish the step.
+        self.log("train/loss", value, on_step=True, on_epoch=True, prog_bar=self.config.progress_bar, batch_size=size)
         for name, term in parts.items():
             self.log(f"train/{name}", term, on_step=False, on_epoch=True, batch_size=size)
         return to_backward
@@ -255,3 +261,11 @@ class RpmModule(L.LightningModule):
         checkpoint["rpm_config"] = self.config.to_dict()
         checkpoint["rpm_stage"] = self.plan.name if self.plan is not None else None
         checkpoint["rpm_num_rules"] = self.num_rules
+        # The running mean of the epoch's training loss (history.csv): a checkpoint written mid-epoch by the time
+        # budget must carry it, or a resumed epoch would report the mean of its second part only.
+        checkpoint["rpm_epoch_loss"] = [float(self._epoch_loss_sum), self._epoch_loss_count]
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        loss_sum, count = checkpoint.get("rpm_epoch_loss", (0.0, 0))
+        self._epoch_loss_sum = torch.tensor(float(loss_sum), device=self.device) if count else 0.0
+        self._epoch_loss_count = int(count)

@@ -13,9 +13,16 @@ Run folder (``config.run_dir``)::
     predictions_<name>.npz   the same for each extra test set
 
 Resume: with ``resume=true`` finished stages are skipped (their weights reloaded) and the interrupted
-stage continues from its ``last.ckpt`` (weights, optimiser, early stopping, epoch counter). Because all
-randomness is a function of (seed, stage, epoch, index), the final metrics on CPU equal those of an
-uninterrupted run.
+stage continues from its ``last.ckpt`` (weights, optimiser, early stopping, epoch counter, position in the
+epoch). Because all randomness is a function of (seed, stage, epoch, index, step), the final metrics on CPU
+equal those of an uninterrupted run.
+
+Time-boxed runs: with ``time_budget=SECONDS`` a run stops at a step boundary before the budget ends
+(``rpm_lib.training.time_budget``), writes ``progress.json`` with ``"status": "unfinished"`` and returns
+``{"status": "unfinished", ...}`` (``rpm-train`` exits with :data:`UNFINISHED_EXIT_CODE`); ``resume=true``
+continues it, on this machine or another (``rpm-batch pack`` / ``unpack``). ``progress.json`` records the
+fingerprint of the training data (``rpm_lib.data.fingerprint``) when the run starts; a resumed run refuses data
+with another fingerprint. Checkpoint paths are stored relative to the run folder, so a folder can move.
 """
 from __future__ import annotations
 
@@ -37,9 +44,11 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.training.time_budget import Deadline, TimeBudgetReached, TimeBudgetStop
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
+from rpm_lib.training.generation import ensure_generated
 from rpm_lib.training.eval_sets import (EvalSet, check_extra_sets, extra_sets, main_sets, read_regime,
                                         set_entry)
 from rpm_lib.training.evaluation import answer_summary, predict
@@ -53,11 +62,18 @@ RUN_ARTIFACTS: tuple[str, ...] = ("checkpoints", "progress.json", "history.csv",
 EXTRA_PREDICTIONS_GLOB = "predictions_*.npz"
 
 #: Fields that may change between an interrupted run and its resumption (everything else must match).
+#: ``data_root`` may move (another machine): the data's fingerprint, not its path, says whether it is the same.
 RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
     "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
-    "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots",
+    "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
+    "data_root", "run_dir",
 })
+#: Exit status of ``rpm-train`` (and papermill-free drivers) when a time budget ended the run before its end:
+#: EX_TEMPFAIL of sysexits.h, "try again later" (resume=true continues the run).
+UNFINISHED_EXIT_CODE = 75
+#: ``progress.json`` status values.
+FINISHED, UNFINISHED = "finished", "unfinished"
 
 
 def as_config(config: TrainConfig | Mapping[str, Any] | str | Path) -> TrainConfig:
@@ -80,13 +96,16 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         callbacks: extra Lightning callbacks added to every stage's Trainer.
 
     Returns:
-        The metrics dict (on DDP ranks other than 0: ``{"rank": r}``; rank 0 writes the files).
+        The metrics dict (on DDP ranks other than 0: ``{"rank": r}``; rank 0 writes the files), with
+        ``"status": "finished"``; or, when ``time_budget`` ended the run first, ``{"status": "unfinished",
+        "stage": ..., "global_step": ..., "run_dir": ...}`` and nothing but the resumable state written.
 
     Raises:
         ConfigError: invalid config, missing data, or a run folder that holds another run
             (use ``resume=true`` or ``overwrite=true``).
     """
     config = as_config(config)
+    deadline = Deadline(config.time_budget)
     # Fail before touching the run folder.
     resolve_precision(config)
     if not config.generate and not Path(config.data_root).exists():
@@ -102,34 +121,160 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         if rank == 0:
             _prepare_run_dir(config, run_dir)
             # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
-            dataclasses.replace(config, resume=False, overwrite=False).to_yaml(run_dir / "config.yaml")
+            dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(
+                run_dir / "config.yaml")
         plans = stage_plan(config)
         torch.manual_seed(derive_seed(config.seed, "init"))
         module = RpmModule(config, config.rule_spec.width)
         progress = _read_json(run_dir / "progress.json") if config.resume else {}
+        finished = _finished_metrics(run_dir, progress, config) if rank == 0 else None
+        if finished is not None:
+            return finished
         stages: dict[str, Any] = dict(progress.get("stages", {}))
+        record = ProgressRecord(run_dir, progress, rank == 0)
         trainer: L.Trainer | None = None
         datamodule: RpmDataModule | None = None
         for plan in plans:
             module.set_stage(plan)
-            datamodule = RpmDataModule(config, plan)
+            datamodule = RpmDataModule(config, plan, fingerprint=record.check_data)
             done = stages.get(plan.name)
             if done and done.get("completed"):
                 _load_weights(module, _inside_run_dir(run_dir, done.get("weights")))
                 continue
-            trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks)
+            if not record.has_time_for_stage(deadline):
+                return record.unfinished(config, plan.name, stages, began)
+            try:
+                trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks,
+                                                         deadline)
+            except TimeBudgetReached as stop:
+                stages[plan.name] = {"name": plan.name, "completed": False, "global_step": stop.global_step}
+                return record.unfinished(config, plan.name, stages, began)
             if trainer.is_global_zero:
-                _write_json(run_dir / "progress.json", {"stages": stages})
+                    record.write(stages)
         if trainer is not None:
             rank = trainer.global_rank
         if rank != 0:
             return {"rank": rank}
         assert datamodule is not None
+        if trainer is None:  # every stage finished in an earlier slice: the data may not be here yet
+            ensure_generated(config)
+            record.check_data(config.data_root)
+        if not record.has_time_for_evaluation(deadline, config):
+            return record.unfinished(config, "evaluation", stages, began)
         metrics = _evaluate(config, module, datamodule, trainer, run_dir)
         metrics["stages"] = [stages[p.name] for p in plans]
         metrics.update(_provenance(config, time.perf_counter() - began))
+        metrics["status"] = FINISHED
         _write_json(run_dir / "metrics.json", metrics)
+        record.finish(stages, began)
         return metrics
+
+
+def _finished_metrics(run_dir: Path, progress: dict[str, Any], config: TrainConfig) -> dict[str, Any] | None:
+    """The stored metrics of a finished run resumed with the same test sets (nothing left to do), else None.
+
+    A finished run's archive (``rpm-batch pack``) carries no weights, so it must not be evaluated again; with
+    other ``test_data_roots`` it is (and then needs its weights).
+    """
+    if progress.get("status") != FINISHED or not (run_dir / "metrics.json").is_file():
+        return None
+    metrics = _read_json(run_dir / "metrics.json")
+    if metrics.get("config", {}).get("test_data_roots") != config.test_data_roots:
+        return None
+    return metrics
+
+
+class ProgressRecord:
+    """``progress.json`` of a run: finished stages, the run's status, its time slices, the data fingerprint.
+
+    Layout::
+
+        {"status": "finished" | "unfinished",
+         "stages": {name: summary},           # summary["completed"] is false for a stage a budget cut short
+         "data_fingerprint": "sha256-pieces-v1:...",
+         "slices": [{"seconds": s, "ended_in": stage | "evaluation" | "end", "global_step": n}, ...]}
+
+    Args:
+        run_dir: the run folder.
+        progress: the file's content when resuming (``{}`` for a new run).
+        writer: whether this process writes files (rank 0).
+    """
+
+    def __init__(self, run_dir: Path, progress: dict[str, Any], writer: bool) -> None:
+        self.run_dir = run_dir
+        self.progress = progress
+        self.writer = writer
+        self.stage_seconds: list[float] = []
+
+    @property
+    def path(self) -> Path:
+        return self.run_dir / "progress.json"
+
+    def check_data(self, root: str | Path) -> str:
+        """Fingerprint ``root``; record it for a new run, or refuse data that differ from the recorded one.
+
+        Raises:
+            ConfigError: naming the folder, both fingerprints and what to do.
+        """
+        from rpm_lib.data.fingerprint import data_fingerprint
+
+        current = self.progress.get("_checked") or data_fingerprint(root)
+        recorded = self.progress.get("data_fingerprint")
+        if recorded is not None and recorded != current:
+            raise ConfigError(
+                f"resume: the data in {root} are not the data this run started on (fingerprint {current[-12:]}, "
+                f"recorded {recorded[-12:]} in {self.path}); regenerate them with the run's generator settings "
+                "(seed, count, regime, image size) or start a new run")
+        self.progress["data_fingerprint"] = current
+        self.progress["_checked"] = current  # once per process: every stage's data module asks
+        return current
+
+    def has_time_for_stage(self, deadline: Deadline) -> bool:
+        """Whether a new stage should start: there is time left for at least its set-up and first steps."""
+        if not deadline.active:
+            return True
+        # A stage's set-up (loaders, workers) and first steps: budget a twentieth of the slice, at least 2 s.
+        return deadline.allows(max(2.0, 0.05 * float(deadline.seconds or 0)))
+
+    def has_time_for_evaluation(self, deadline: Deadline, config: TrainConfig) -> bool:
+        """Whether the final evaluation (val, test, extra test sets) is predicted to end before the deadline.
+
+        Predicted from the last stage's measured validation time (its summary's ``val_seconds``).
+        """
+        if not deadline.active:
+            return True
+        summaries = [s for s in self.progress.get("stages", {}).values() if s.get("val_seconds")]
+        if not summaries:
+            return deadline.allows(max(2.0, 0.05 * float(deadline.seconds or 0)))
+        last = summaries[-1]
+        # val + test (the same size under the 60/20/20 split) + each extra test set; a validation pass also
+        # computed losses, so this overestimates a little, which is the safe side.
+        sets = 2 + len(config.test_data_roots or [])
+        return deadline.allows(sets * float(last["val_seconds"]) + 1.0)
+
+    def write(self, stages: dict[str, Any], status: str | None = None) -> None:
+        self.progress["stages"] = stages
+        if status is not None:
+            self.progress["status"] = status
+        if self.writer:
+            _write_json(self.path, {k: v for k, v in self.progress.items() if not k.startswith("_")})
+
+    def _slice(self, ended_in: str, stages: dict[str, Any], began: float) -> None:
+        steps = {name: summary.get("global_step") for name, summary in stages.items()}
+        self.progress.setdefault("slices", []).append(
+            {"seconds": round(time.perf_counter() - began, 3), "ended_in": ended_in, "global_step": steps})
+
+    def unfinished(self, config: TrainConfig, stage: str, stages: dict[str, Any], began: float) -> dict[str, Any]:
+        """Record that the budget ended this slice in ``stage`` and return the unfinished result."""
+        self._slice(stage, stages, began)
+        self.write(stages, UNFINISHED)
+        return {"status": UNFINISHED, "stage": stage, "global_step": stages.get(stage, {}).get("global_step"),
+                "run_dir": str(self.run_dir), "seconds": round(time.perf_counter() - began, 3),
+                "time_budget": config.time_budget}
+
+    def finish(self, stages: dict[str, Any], began: float) -> None:
+        self._slice("end", stages, began)
+        self.write(stages, FINISHED)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,16 +293,43 @@ def resolve_precision(config: TrainConfig) -> str:
     return "32-true"
 
 
-def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path,
-                 callbacks: Sequence[L.Callback] = ()) -> tuple[L.Trainer, ModelCheckpoint, EarlyStopping]:
-    """The Trainer of one stage, with checkpointing (last + best), early stopping and history."""
-    checkpoint = ModelCheckpoint(
+class RunCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose state survives the run folder moving (another machine, an unpacked archive).
+
+    Lightning stores absolute paths (``dirpath``, ``best_model_path``, ...) in every checkpoint and, when a
+    resumed run's folder differs, forgets the best score: the resumed stage would then keep a worse "best".
+    Paths recorded under the old folder are re-rooted under the current one before Lightning reads them.
+    """
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and old != self.dirpath:
+            state_dict = _reroot(state_dict, str(old), str(self.dirpath))
+        super().load_state_dict(state_dict)
+
+
+def _reroot(value: Any, old: str, new: str) -> Any:
+    """``value`` with every string path under ``old`` moved under ``new`` (dict keys included)."""
+    if isinstance(value, str):
+        return new + value[len(old):] if value == old or value.startswith(old.rstrip("/") + "/") else value
+    if isinstance(value, dict):
+        return {_reroot(k, old, new): _reroot(v, old, new) for k, v in value.items()}
+    return value
+
+
+def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callbacks: Sequence[L.Callback] = (),
+                 deadline: Deadline | None = None) -> tuple[L.Trainer, ModelCheckpoint, EarlyStopping]:
+    """The Trainer of one stage, with checkpointing (last + best), early stopping, history and, with an active
+    ``deadline``, the time-budget stop (last in the list: it writes a checkpoint after the others' hooks)."""
+    checkpoint = RunCheckpoint(
         dirpath=stage_dir, filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True,
         auto_insert_metric_name=False, enable_version_counter=False,
     )
     early_stopping = EarlyStopping(monitor="val/loss", mode="min", patience=config.patience,
                                    min_delta=config.min_delta, check_finite=True)
     history = HistoryCallback(Path(config.run_dir) / "history.csv", plan.name)
+    budget = ([TimeBudgetStop(deadline, plan.name, stage_dir / "last.ckpt", config.max_steps)]
+              if deadline is not None and deadline.active else [])
     trainer = L.Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
@@ -169,7 +341,7 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path,
         limit_val_batches=config.limit_val_batches,
         num_sanity_val_steps=0,
         callbacks=[history, FiniteLossGuard(plan.name), StepLimit(config.max_steps), early_stopping, checkpoint,
-                   *callbacks],
+                   *callbacks, *budget],
         logger=False,
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,
@@ -184,10 +356,15 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path,
 
 
 def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodule: RpmDataModule, run_dir: Path,
-               callbacks: Sequence[L.Callback]) -> tuple[L.Trainer, dict[str, Any]]:
+               callbacks: Sequence[L.Callback], deadline: Deadline | None = None) -> tuple[L.Trainer, dict[str, Any]]:
+    """Fit one stage (resuming its ``last.ckpt`` when asked) and summarise it.
+
+    Raises:
+        TimeBudgetReached: ``deadline`` stopped the stage; its resumable ``last.ckpt`` is written.
+    """
     stage_dir = run_dir / "checkpoints" / plan.name
     last = stage_dir / "last.ckpt"
-    trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks)
+    trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks, deadline)
     began = time.perf_counter()
     # weights_only: a shared run folder's last.ckpt is untrusted input (never unpickle code from it).
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None,
@@ -217,6 +394,9 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
         "batch_size": plan.batch_size,
         "wall_time_s": round(time.perf_counter() - began, 3),
     }
+    budget = next((c for c in trainer.callbacks if isinstance(c, TimeBudgetStop)), None)  # type: ignore[attr-defined]
+    if budget is not None and budget.validation_seconds is not None:
+        summary["val_seconds"] = round(budget.validation_seconds, 3)
     return trainer, summary
 
 

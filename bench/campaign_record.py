@@ -1,0 +1,142 @@
+"""Record one Table 1 campaign slice here, after `bash bench/gpu_campaign.sh` ran on a lent GPU.
+
+    python bench/campaign_record.py <files_at>      # the folder the device tool copied $OUT into
+
+* ``<files_at>/state.tar.gz`` becomes ``results/table1_scl_gpu/state.tar.gz`` (what the next slice resumes);
+* the slice (date, card, seconds, exit status, state size, mean GPU utilisation, each run's standing) is appended
+  to ``results/table1_scl_gpu/slices.jsonl``;
+* ``results/table1_scl_gpu/progress.md`` and ``table1.md`` are replaced by the slice's;
+* the per-slice table of ``docs/reproduction-gpu.md`` (between its ``slices`` markers) is rewritten from
+  ``slices.jsonl``, and, once runs have finished, its Table 1 section (between the ``table1`` markers) from the
+  unpacked state with ``rpm_lib.claims`` verdicts.
+
+Then commit ``results/`` and ``docs/``. ``--check`` only re-renders the document from what is committed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results" / "table1_scl_gpu"
+DOC = REPO / "docs" / "reproduction-gpu.md"
+SLICES = RESULTS / "slices.jsonl"
+
+
+def gpu_utilisation(path: Path) -> float | None:
+    """Mean GPU utilisation (percent) over the samples of an ``nvidia-smi --query-gpu=timestamp,utilization.gpu,...``
+    CSV, leaving out the first and last minute (data generation before training, packing after)."""
+    if not path.is_file():
+        return None
+    values = []
+    for line in path.read_text().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[1].endswith("%"):
+            values.append(float(parts[1].rstrip(" %")))
+    inner = values[12:-12] if len(values) > 30 else values
+    return round(statistics.fmean(inner), 1) if inner else None
+
+
+def record(files_at: Path) -> dict:
+    """Store the slice found in ``files_at`` (see the module docstring); returns its slices.jsonl entry."""
+    state = files_at / "state.tar.gz"
+    if not state.is_file():
+        raise SystemExit(f"campaign_record: error: {state} is missing (did the slice run?)")
+    info = json.loads((files_at / "slice.json").read_text())
+    runs = json.loads((files_at / "progress.json").read_text())
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    entry = {"slice": len(previous) + 1, **info, "state_bytes": state.stat().st_size,
+             "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"), "runs": runs}
+    shutil.copyfile(state, RESULTS / "state.tar.gz")
+    for name in ("progress.md", "table1.md"):
+        if (files_at / name).is_file():
+            shutil.copyfile(files_at / name, RESULTS / name)
+    with SLICES.open("a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+    return entry
+
+
+def _run_cell(run: dict) -> str:
+    setup = run["run"].split("setup-")[-1].split("__")[0]
+    epochs = "+".join(str(n) for n in run["epochs"].values()) or "0"
+    accuracy = "" if run["best_val_accuracy"] is None else f", val {100 * run['best_val_accuracy']:.1f}"
+    done = " ✓" if run["status"] == "finished" else ""
+    return f"{setup} {epochs} ep{accuracy}{done}"
+
+
+def slices_markdown(entries: list[dict]) -> str:
+    lines = ["| slice | date | card | seconds | exit | state MB | GPU util % | runs (epochs per stage, best val %) |",
+             "|---:|---|---|---:|---:|---:|---:|---|"]
+    for e in entries:
+        runs = "; ".join(_run_cell(run) for run in e["runs"])
+        util = "" if e.get("gpu_utilisation_percent") is None else f"{e['gpu_utilisation_percent']:.0f}"
+        lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {e['exit_status']} | "
+                     f"{e['state_bytes'] / 1e6:.1f} | {util} | {runs} |")
+    return "\n".join(lines)
+
+
+def table1_markdown() -> str | None:
+    """The SCL row beside the paper with the claims' verdicts, from the committed state (None: nothing finished)."""
+    from rpm_lib import claims, results, run_archive
+
+    state = RESULTS / "state.tar.gz"
+    if not state.is_file():
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        run_archive.unpack(state, folder)
+        report = claims.reproduction_report(folder)
+    if report.finished == 0:
+        return None
+    # The campaign has no ablation grid: only the orderings between the five setups are checked.
+    from rpm_lib.training.setups import SETUPS
+
+    labels = {spec.label for spec in SETUPS.values()}
+    setup_claims = [c for c in claims.CLAIMS if set(c.worse) <= labels]
+    checks = claims.check_claims(report.setups, report.num_test, setup_claims)
+    return "\n".join([f"{report.finished} of {report.total} runs finished; {report.num_test} test problems per run; "
+                      "accuracies in percent.", "", results.table1_markdown(report.setups, with_paper=True), "",
+                      claims.claims_markdown(checks)])
+
+
+def _replace_between(text: str, marker: str, body: str) -> str:
+    pattern = re.compile(rf"(<!-- {marker} -->\n).*?(\n<!-- /{marker} -->)", re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"campaign_record: error: {DOC} has no <!-- {marker} --> ... <!-- /{marker} --> markers")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+
+
+def render_doc() -> None:
+    entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    text = DOC.read_text()
+    text = _replace_between(text, "slices", slices_markdown(entries) if entries else "No slice has run yet.")
+    table = table1_markdown()
+    text = _replace_between(text, "table1", table or "No run has finished yet.")
+    DOC.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("files_at", nargs="?", type=Path, help="the folder holding the slice's $OUT files")
+    parser.add_argument("--check", action="store_true", help="only re-render docs/reproduction-gpu.md")
+    args = parser.parse_args(argv)
+    if not args.check:
+        if args.files_at is None:
+            parser.error("give the folder of the slice's files (or --check)")
+        entry = record(args.files_at)
+        print(f"campaign_record: slice {entry['slice']} on {entry['device']}: state "
+              f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
+    render_doc()
+    print(f"campaign_record: {DOC} rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+# Sourced by the scripts that run on a lent GPU machine (bench/device_check.sh, bench/gpu_campaign.sh), from the
+# repository root: makes rpm_lib and the wheels carried in .device/wheels (`make device-wheels`) importable without
+# network, beside the machine's own torch, numpy and OpenCV, which are never touched. Sets PY (the interpreter),
+# PYTHONPATH, PATH (rpm-train, rpm-batch, ...) and JUPYTER_PATH (a python3 kernel for papermill).
+PY=${PYTHON:-python3}
+WHEELS=${WHEELS:-.device/wheels}
+SITE=/tmp/rpm-site
+if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    echo "device_env: no wheels in $WHEELS (run \`make device-wheels\` here and carry .device)" >&2
+else
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
+        || echo "device_env: installing the carried wheels failed; continuing with what is there" >&2
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE/rpm" . \
+        || echo "device_env: installing rpm_lib's console scripts failed" >&2
+fi
+export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$SITE/bin:$SITE/rpm/bin:$PATH"
+# The papermill kernel: a kernelspec for this interpreter, found through JUPYTER_PATH.
+"$PY" -m ipykernel install --prefix /tmp/rpm-jupyter --name python3 >/dev/null 2>&1 \
+    || echo "device_env: ipykernel kernelspec could not be installed" >&2
+export JUPYTER_PATH="/tmp/rpm-jupyter/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"

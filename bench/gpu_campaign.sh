@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# One slice of the Table 1 campaign (issue 20): on a lent GPU machine, in one device call of ~10 minutes,
+#
+#   1. restore the runs' resumable state from results/table1_scl_gpu/state.tar.gz (committed after every slice),
+#   2. run `rpm-batch configs/table1_scl_gpu.yaml` with a time budget: it regenerates the data (deterministic;
+#      each run checks the fingerprint it recorded), then trains the row's unfinished runs concurrently on the one
+#      GPU until about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step
+#      boundary with a resumable state (at most CAMPAIGN_JOBS=3 at once, see JOBS below),
+#   3. pack the state into $OUT/state.tar.gz and write $OUT/progress.{md,json} (epochs, val accuracy per run),
+#      $OUT/table1.md, $OUT/slice.json (card, times, exit status) and $OUT/gpu_util.csv (nvidia-smi every 5 s).
+#
+# Then, here: `python bench/campaign_record.py <files_at>` stores the new state and appends the slice to
+# results/table1_scl_gpu/slices.jsonl and docs/reproduction-gpu.md; commit.
+#
+#   bash bench/gpu_campaign.sh                  # on the GPU machine, carrying .device (make device-wheels)
+#   bash bench/gpu_campaign.sh --cpu-dry-run    # here: configs/table1_scl_tiny.yaml in a temporary folder, two
+#                                               # slices (the second resumes the first's packed state)
+#
+# On your own GPU, without slices: rpm-batch configs/table1_scl_gpu.yaml --jobs 5 --cuda-devices 0 --workers-per-run auto
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+export NO_ALBUMENTATIONS_UPDATE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+STARTED=$(date +%s)
+# Runs trained at once. Each unfinished run carries 12 bytes per parameter to the next slice (fp32 weights, Adam
+# moments packed in bf16 by --compact, best weights): 6-11 MB for SCL; a device call carries at most 64 MiB with
+# the wheels (~25 MiB). Three at a time keeps the state near 30 MB; the others start as soon as one finishes.
+JOBS=${CAMPAIGN_JOBS:-3}
+# Seconds kept after the batch for packing the state and writing the reports.
+RESERVE=${CAMPAIGN_RESERVE:-25}
+
+if [[ " $* " == *" --cpu-dry-run "* ]]; then
+    DRY=1
+    PY=${PYTHON:-$REPO/.venv/bin/python}
+    [[ -x "$PY" ]] || PY=$(command -v python3)
+    export PATH="$(dirname "$PY"):$PATH"
+    CONFIG=$REPO/configs/table1_scl_tiny.yaml
+    WORK=${CAMPAIGN_WORK:-$(mktemp -d /tmp/gpu-campaign-dry.XXXXXX)}
+    OUT=${OUT:-$WORK/out}
+    BUDGETS=(${CAMPAIGN_BUDGETS:-12 400})
+    DEVICES=()
+    # The template path in the YAML is relative to the working folder: a private copy keeps the checkout clean.
+    mkdir -p "$WORK/notebooks" && cp notebooks/03_train.ipynb "$WORK/notebooks/"
+else
+    DRY=0
+    source bench/device_env.sh
+    CONFIG=$REPO/configs/table1_scl_gpu.yaml
+    WORK=$REPO
+    OUT=${OUT:-/tmp/campaign-out}
+    BUDGETS=($(( ${CAMPAIGN_MINUTES:-9} * 60 )))
+    DEVICES=(--cuda-devices 0)
+fi
+NAME=$(basename "$CONFIG" .yaml)
+STATE=$WORK/results/table1_scl_gpu/state.tar.gz
+[[ $DRY == 0 ]] && STATE=$REPO/results/table1_scl_gpu/state.tar.gz
+RUNS=runs/$NAME
+mkdir -p "$OUT"
+cd "$WORK"
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_util.csv" 2>/dev/null &
+    SMI=$!
+    trap 'kill $SMI 2>/dev/null' EXIT
+fi
+
+status=0
+for number in "${!BUDGETS[@]}"; do
+    if [[ -f "$STATE" ]]; then
+        rpm-batch unpack "$STATE" --out "$RUNS" --overwrite || exit 2
+    fi
+    if [[ $DRY == 1 ]]; then
+        budget=${BUDGETS[$number]}
+    else
+        budget=$(( BUDGETS[number] - ($(date +%s) - STARTED) - RESERVE ))
+    fi
+    echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
+    rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" --workers-per-run auto --time-budget "$budget"
+    status=$?
+    [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$OUT/table1.md"
+    mkdir -p "$(dirname "$STATE")"
+    rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
+    if [[ $DRY == 1 ]]; then  # the next slice starts from the archive alone, as on a fresh machine
+        rm -rf "$RUNS"
+    fi
+    echo "gpu_campaign: slice $number ended with status $status"
+done
+
+cp "$STATE" "$OUT/state.tar.gz"
+[[ $DRY == 1 ]] && rpm-batch unpack "$STATE" --out "$RUNS"
+rpm-batch progress "$RUNS" | tee "$OUT/progress.md"
+rpm-batch progress "$RUNS" --json >"$OUT/progress.json"
+"$PY" - "$OUT/slice.json" "$status" "$STARTED" <<'PYTHON'
+import json, sys, time
+
+import torch
+
+out, status, started = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (dry run)"
+json.dump({"device": device, "torch": torch.__version__, "exit_status": status, "started": started,
+           "seconds": round(time.time() - started, 1),
+           "date": time.strftime("%Y-%m-%d", time.gmtime(started))}, open(out, "w"), indent=1)
+PYTHON
+echo "gpu_campaign: state $(du -h "$OUT/state.tar.gz" | cut -f1) in $OUT; batch exit status $status (75 = unfinished)"
+# 0 finished, 75 runs left for the next slice; anything else failed.
+[[ $status == 0 || $status == 75 ]] && exit 0 || exit "$status"

@@ -1,0 +1,106 @@
+"""Where each run of a batch folder stands: status, stage, epochs, validation accuracy (``rpm-batch progress``).
+
+Read from the files a run keeps up to date while it trains (``progress.json``, ``history.csv``,
+``metrics.json``), so it works on a batch that is running, stopped by a time budget, or unpacked from an
+archive; light to import (no torch).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rpm_lib.training.history import history_rows
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """One run's standing.
+
+    Attributes:
+        run: folder relative to the batch folder.
+        status: ``finished``, ``unfinished`` (stopped by a time budget), ``running or killed`` (history but no
+            record of an end), or ``not started``.
+        stage: the stage it is in (the last stage for a finished run; ``evaluation`` when only that is left).
+        epochs: finished epochs per stage, e.g. ``{"pretrain": 12, "linear": 3}``.
+        val_accuracy: validation accuracy (fraction) of the last finished epoch that has one, or None.
+        best_val_accuracy: the highest such accuracy so far, or None.
+        test_accuracy: from ``metrics.json`` once finished, else None.
+        slices: time slices recorded in ``progress.json``.
+        seconds: wall seconds of those slices together.
+    """
+
+    run: str
+    status: str
+    stage: str | None
+    epochs: dict[str, int]
+    val_accuracy: float | None
+    best_val_accuracy: float | None
+    test_accuracy: float | None
+    slices: int
+    seconds: float
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
+    """The standing of the run in ``run_dir`` (named relative to ``batch_dir`` when given)."""
+    run_dir = Path(run_dir)
+    progress = _json(run_dir / "progress.json")
+    metrics = _json(run_dir / "metrics.json")
+    rows = history_rows(run_dir / "history.csv")
+    epochs: dict[str, int] = {}
+    accuracies = []
+    for row in rows:
+        epochs[row["stage"]] = max(epochs.get(row["stage"], 0), int(row["epoch"]) + 1)
+        if row.get("val_accuracy"):
+            accuracies.append(float(row["val_accuracy"]))
+    stage = rows[-1]["stage"] if rows else None
+    if metrics:
+        status = "finished"
+    elif progress.get("status") == "unfinished":
+        status = "unfinished"
+        slices = progress.get("slices") or [{}]
+        stage = slices[-1].get("ended_in", stage)
+    elif rows:
+        status = "running or killed"
+    else:
+        status = "not started"
+    slices = progress.get("slices") or []
+    name = run_dir.relative_to(batch_dir).as_posix() if batch_dir is not None else run_dir.name
+    return RunProgress(
+        run=name, status=status, stage=stage, epochs=epochs,
+        val_accuracy=accuracies[-1] if accuracies else None,
+        best_val_accuracy=max(accuracies) if accuracies else None,
+        test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
+        seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1))
+
+
+def batch_progress(batch_dir: str | Path) -> list[RunProgress]:
+    """The standing of every run folder under ``batch_dir`` (folders with ``config.yaml`` or ``run.json``)."""
+    batch_dir = Path(batch_dir)
+    runs = sorted({p.parent for name in ("config.yaml", "run.json") for p in batch_dir.rglob(name)})
+    return [run_progress(run, batch_dir) for run in runs]
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}"
+
+
+def progress_table(runs: list[RunProgress]) -> str:
+    """A Markdown table of ``runs``: status, stage, epochs per stage, accuracies (%), slices, seconds."""
+    lines = ["| run | status | stage | epochs | last val % | best val % | test % | slices | seconds |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        epochs = ", ".join(f"{stage} {count}" for stage, count in run.epochs.items())
+        lines.append(f"| {run.run} | {run.status} | {run.stage or ''} | {epochs} | {_percent(run.val_accuracy)} | "
+                     f"{_percent(run.best_val_accuracy)} | {_percent(run.test_accuracy)} | {run.slices} | "
+                     f"{run.seconds:g} |")
+    return "\n".join(lines)

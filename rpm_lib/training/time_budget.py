@@ -1,0 +1,171 @@
+"""Time-boxed runs: stop at a step boundary before a wall-clock budget ends, leaving a resumable state.
+
+A run with ``time_budget=SECONDS`` (counted from the start of ``train``) never begins work it cannot finish in
+time. The unit of work is one optimiser step; a step that ends an epoch also carries the epoch's validation and
+its checkpoint. After every step :class:`TimeBudgetStop` predicts the next unit from what it measured (the
+slowest of the last steps, the last validation, the last checkpoint write) with a safety factor; when the
+prediction would cross the deadline it writes the stage's ``last.ckpt`` *at this step* (weights, optimiser,
+loop counters, callbacks, the data loader's position in its epoch) and raises :class:`TimeBudgetReached`.
+``train`` then records the run as unfinished in ``progress.json`` and returns; ``resume=true`` continues at
+the next step and, on the CPU, ends with exactly the metrics of an uninterrupted run (the sampler, the
+augmentation and the global RNG are functions of (seed, epoch, index, step), see ``datamodule``).
+
+Under DDP every rank must stop at the same step, so the decision is rank 0's, broadcast every
+``DDP_CHECK_EVERY`` steps (a collective per step would make every step wait for the slowest host).
+"""
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+#: Predicted durations are multiplied by this before they are compared with the time left.
+SAFETY_FACTOR = 1.5
+#: Steps between two stop decisions when several processes train together (DDP).
+DDP_CHECK_EVERY = 20
+#: How many recent step durations the prediction looks at (their maximum is used).
+RECENT_STEPS = 20
+
+
+class TimeBudgetReached(Exception):
+    """Raised inside ``Trainer.fit`` once the resumable state is written; caught by ``train``.
+
+    Attributes:
+        stage: the stage that stopped.
+        global_step: optimiser steps the stage had finished (the resumed run starts with the next one).
+    """
+
+    def __init__(self, stage: str, global_step: int) -> None:
+        super().__init__(f"stage {stage}: time budget reached after step {global_step}")
+        self.stage = stage
+        self.global_step = global_step
+
+
+class Deadline:
+    """A wall-clock deadline on the monotonic clock.
+
+    Args:
+        seconds: the budget; ``None`` = no deadline (every query says there is time).
+        started: ``time.monotonic()`` at which the budget began (default: now).
+    """
+
+    def __init__(self, seconds: float | None, started: float | None = None) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic() if started is None else started
+
+    @property
+    def active(self) -> bool:
+        return self.seconds is not None
+
+    def left(self) -> float:
+        """Seconds until the deadline (``inf`` without one; negative once it has passed)."""
+        if self.seconds is None:
+            return float("inf")
+        return self.started + self.seconds - time.monotonic()
+
+    def allows(self, seconds: float) -> bool:
+        """Whether work predicted to take ``seconds`` (before the safety factor) ends before the deadline."""
+        return SAFETY_FACTOR * seconds < self.left()
+
+
+class TimeBudgetStop(L.Callback):
+    """Stop a stage at a step boundary when the next step (and the validation it would trigger) would not end
+    before ``deadline``; write a resumable ``last.ckpt`` first.
+
+    Must come after the other callbacks in the Trainer's list, so their ``on_train_batch_end`` has run when
+    the checkpoint is written.
+
+    Args:
+        deadline: the run's :class:`Deadline`.
+        stage: stage name (for the exception and the log line).
+        last_checkpoint: the stage's ``last.ckpt`` path.
+        max_steps: the stage's step limit (``-1`` = none): the step reaching it also validates.
+    """
+
+    def __init__(self, deadline: Deadline, stage: str, last_checkpoint: Path, max_steps: int = -1) -> None:
+        self.deadline = deadline
+        self.stage = stage
+        self.last_checkpoint = Path(last_checkpoint)
+        self.max_steps = max_steps
+        self._step_seconds: collections.deque[float] = collections.deque(maxlen=RECENT_STEPS)
+        self._last_mark: float | None = None
+        self._validation_started: float | None = None
+        self.validation_seconds: float | None = None
+        self.save_seconds: float | None = None
+
+    # -- measurements ------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The first step of an epoch also starts the loader's iteration: it is measured like any other.
+        self._last_mark = time.monotonic()
+        if self.deadline.active and self._step_seconds and not self._allows(trainer, self._predict_next(trainer, 0)):
+            # The epoch-end checkpoint written after the last validation is already the resumable state.
+            raise TimeBudgetReached(self.stage, int(trainer.global_step))
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validation_started = time.monotonic()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._validation_started is not None:
+            # Includes the callbacks before this one (ModelCheckpoint writes last/best here).
+            self.validation_seconds = time.monotonic() - self._validation_started
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        now = time.monotonic()
+        if self._last_mark is not None:
+            self._step_seconds.append(now - self._last_mark)
+        self._last_mark = now
+        if not self.deadline.active:
+            return
+        if self._validates_after(trainer, batch_idx):
+            # Validation follows this step: a checkpoint written now would make a resumed run skip it (Lightning
+            # counts the epoch as done). The step before already counted this validation in its prediction.
+            return
+        if trainer.world_size > 1 and trainer.global_step % DDP_CHECK_EVERY:
+            return
+        if self._allows(trainer, self._predict_next(trainer, batch_idx + 1) + self._predict_save()):
+            return
+        began = time.monotonic()
+        trainer.save_checkpoint(self.last_checkpoint)
+        self.save_seconds = time.monotonic() - began
+        raise TimeBudgetReached(self.stage, int(trainer.global_step))
+
+    # -- predictions -------------------------------------------------------------------------------
+    def _allows(self, trainer: L.Trainer, seconds: float) -> bool:
+        decision = self.deadline.allows(seconds)
+        if trainer.world_size > 1:
+            decision = bool(trainer.strategy.broadcast(decision, src=0))
+        return decision
+
+    def _predict_next(self, trainer: L.Trainer, batch_idx: int) -> float:
+        """Seconds the step of ``batch_idx`` (and the validation it may trigger) is predicted to take."""
+        need = self._predict_step()
+        if self._validates_after(trainer, batch_idx):
+            need += self._predict_validation(trainer)
+        return need
+
+    def _predict_step(self) -> float:
+        return max(self._step_seconds) if self._step_seconds else 0.0
+
+    def _predict_validation(self, trainer: L.Trainer) -> float:
+        if self.validation_seconds is not None:
+            return self.validation_seconds
+        # Not measured yet: a validation batch costs at most a training step (forward only), plus one save.
+        batches = sum(int(n) for n in (trainer.num_val_batches or [0]))
+        return batches * self._predict_step() + self._predict_save()
+
+    def _predict_save(self) -> float:
+        return self.save_seconds if self.save_seconds is not None else 1.0
+
+    def _validates_after(self, trainer: L.Trainer, batch_idx: int) -> bool:
+        """Whether the step of ``batch_idx`` ends the epoch or reaches the step limit, so validation follows it.
+
+        Called after a step (``global_step`` counts it) for that step, or for the next one with ``batch_idx + 1``.
+        """
+        last_of_epoch = batch_idx + 1 >= int(trainer.num_training_batches)
+        step = trainer.global_step + (batch_idx - trainer.fit_loop.epoch_loop.batch_idx)
+        reaches_limit = self.max_steps > 0 and step >= self.max_steps
+        return last_of_epoch or reaches_limit

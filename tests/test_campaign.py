@@ -1,0 +1,70 @@
+"""The Table 1 campaign in slices (``bench/gpu_campaign.sh``): its dry run on the CPU goes through every step a GPU
+slice takes (prepare, time-boxed batch, pack, a fresh folder, unpack, resume, progress) and its GPU config is
+the SCL row of the paper's grid."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_the_end(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "CAMPAIGN_WORK": str(tmp_path / "work"), "OUT": str(out)}
+    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    # Slice 0 (12 s) cannot finish ten epochs of every setup; slice 1 resumes from the packed state alone.
+    assert "gpu_campaign: slice 0 ended with status 75" in log, log[-3000:]
+    assert "gpu_campaign: slice 1 ended with status 0" in log, log[-3000:]
+    assert "Traceback" not in log
+    progress = (out / "progress.md").read_text()
+    rows = [line for line in progress.splitlines() if line.startswith("| main/")]
+    assert len(rows) == 5 and all("| finished |" in row for row in rows), progress
+    # Three at a time: the runs slice 0 started continued in slice 1 (the others started there).
+    assert sum(row.split("|")[8].strip() == "2" for row in rows) >= 1, progress
+    assert "| SCL | MLCL+AUG |" in (out / "table1.md").read_text()
+    assert json.loads((out / "slice.json").read_text())["exit_status"] == 0
+    assert (out / "state.tar.gz").stat().st_size < 1_000_000  # finished runs carry no checkpoints
+
+    # Recording the slice here: the state is stored, the slice appended, the document's tables rewritten.
+    record = _campaign_record()
+    results, doc = tmp_path / "results", tmp_path / "reproduction-gpu.md"
+    doc.write_text((REPO / "docs" / "reproduction-gpu.md").read_text())
+    record.RESULTS, record.DOC, record.SLICES = results, doc, results / "slices.jsonl"
+    assert record.main([str(out)]) == 0
+    assert (results / "state.tar.gz").read_bytes() == (out / "state.tar.gz").read_bytes()
+    text = doc.read_text()
+    assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 10+10 ep" in text, text
+    assert "5 of 5 runs finished" in text and "MLCL+AUG is the best setup" in text, text
+
+
+def _campaign_record():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("campaign_record", REPO / "bench" / "campaign_record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fixed(name: str) -> dict:
+    return yaml.safe_load((REPO / "configs" / name).read_text())["fixed"]
+
+
+def test_the_gpu_campaign_trains_the_table1_grid_row_of_scl() -> None:
+    campaign, grid = _fixed("table1_scl_gpu.yaml"), _fixed("table1.yaml")
+    # Loader workers are the campaign's own choice (rpm-batch --workers-per-run); everything trained is the grid's.
+    for key, value in grid.items():
+        if key != "num_workers":
+            assert campaign[key] == value, f"table1_scl_gpu.yaml {key}: {campaign[key]!r}, table1.yaml: {value!r}"
+    assert campaign["encoder"] == "scl"
+    axes = yaml.safe_load((REPO / "configs" / "table1_scl_gpu.yaml").read_text())["axes"]
+    tiny = yaml.safe_load((REPO / "configs" / "table1_scl_tiny.yaml").read_text())["axes"]
+    assert axes == tiny and axes["setup"] == ["ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug"]

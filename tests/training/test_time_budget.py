@@ -1,0 +1,176 @@
+"""Time-boxed runs: a run cut into slices by ``time_budget``, each resumed in a fresh folder from the previous
+slice's archive (``rpm_lib.run_archive``) on regenerated data, ends with exactly the uninterrupted run's metrics.
+
+The slices are cut by a fake clock (every reading advances it by one second), so where they stop is the same
+on every machine; one test uses the real clock to show the stop comes before the budget ends.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pytest
+
+from rpm_lib import run_archive
+from rpm_lib.training import cli, time_budget
+from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.run import UNFINISHED_EXIT_CODE, train
+
+
+class FakeClock:
+    """Stands in for the ``time`` module of ``rpm_lib.training.time_budget``: each reading is one second later."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], None]]:
+    def install() -> None:
+        monkeypatch.setattr(time_budget, "time", FakeClock())
+
+    yield install
+
+
+def _fields(setup: str, data_root: Path) -> dict[str, Any]:
+    # 16 training problems at batch 4: 4 steps an epoch, 2 epochs a stage; mlcl_aug also fine-tunes one epoch.
+    return dict(data_root=str(data_root), generate=True, generate_num_per_config=10, generate_seed=3,
+                progress_bar=False, setup=setup, encoder="scl", batch_size=4, max_epochs=2, linear_eval_epochs=2,
+                finetune=setup == "mlcl_aug", finetune_epochs=1, max_train_samples=16, max_val_samples=4,
+                max_test_samples=6, patience=5, image_size=32, limit_val_batches=1.0, limit_test_batches=1.0)
+
+
+def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metrics without what legitimately differs between two runs of the same training (paths, times)."""
+    out = {k: v for k, v in metrics.items() if k not in {"runtime_s", "stages", "git_commit", "config"}}
+    timing = {"wall_time_s", "val_seconds", "weights"}
+    out["stages"] = [{k: v for k, v in s.items() if k not in timing} for s in metrics["stages"]]
+    out["test_sets"] = [{k: v for k, v in entry.items() if k != "data_root"} for entry in metrics["test_sets"]]
+    out["config"] = {k: v for k, v in metrics["config"].items() if k not in {"run_dir", "data_root", "time_budget",
+                                                                             "resume", "overwrite"}}
+    return out
+
+
+@pytest.mark.parametrize(("setup", "budgets", "stops"), [
+    ("ce_aux_sparse", (12.0, 12.0), [("supervised", 3), ("supervised", 6)]),
+    ("mlcl_aug", (20.0, 25.0), [("pretrain", 6), ("linear", 5)]),
+])
+def test_three_slices_in_fresh_folders_end_with_the_uninterrupted_metrics(
+        tmp_path: Path, fake_clock: Callable[[], None], setup: str, budgets: tuple[float, float],
+        stops: list[tuple[str, int]]) -> None:
+    reference = train(TrainConfig(run_dir=str(tmp_path / "uninterrupted"), **_fields(setup, tmp_path / "data0")))
+    assert reference["status"] == "finished"
+    archive: Path | None = None
+    seen = []
+    for number, budget in enumerate((*budgets, None)):
+        # Every slice: a fresh run folder and freshly generated data (another folder), as on another machine.
+        run_dir, data = tmp_path / f"slice{number}", tmp_path / f"data{number + 1}"
+        if archive is not None:
+            run_archive.unpack(archive, run_dir)
+        if budget is not None:
+            fake_clock()
+        result = train(TrainConfig(run_dir=str(run_dir), resume=number > 0, time_budget=budget,
+                                   **_fields(setup, data)))
+        if budget is not None:
+            assert result["status"] == "unfinished"
+            seen.append((result["stage"], result["global_step"]))
+            progress = json.loads((run_dir / "progress.json").read_text())
+            assert progress["status"] == "unfinished" and progress["data_fingerprint"].startswith("sha256-pieces-v1:")
+            assert not (run_dir / "metrics.json").exists()
+        archive = tmp_path / f"slice{number}.tar.gz"
+        run_archive.pack(run_dir, archive)
+    assert seen == stops  # mid-epoch stops (4 steps an epoch), one of them in the second stage
+    assert _comparable(result) == _comparable(reference)
+    final, uninterrupted = tmp_path / "slice2", tmp_path / "uninterrupted"
+    assert (final / "history.csv").read_text() == (uninterrupted / "history.csv").read_text()
+    a, b = np.load(uninterrupted / "predictions.npz"), np.load(final / "predictions.npz")
+    assert np.array_equal(a["scores"], b["scores"])
+    progress = json.loads((final / "progress.json").read_text())
+    assert progress["status"] == "finished" and [s["ended_in"] for s in progress["slices"]] == [
+        stops[0][0], stops[1][0], "end"]
+
+
+def test_a_resumed_run_refuses_data_with_another_fingerprint(tmp_path: Path, fake_clock: Callable[[], None]) -> None:
+    fields = _fields("ce", tmp_path / "data")
+    fake_clock()
+    assert train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=10.0, **fields))["status"] == "unfinished"
+    # "Regenerated" data that are not the same: two training problems swapped (a generator that is not
+    # deterministic would do worse). Both files stay valid, so only the fingerprint can tell.
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "data", other)
+    first, second = other / "center_single" / "RAVEN_0_train.npz", other / "center_single" / "RAVEN_1_train.npz"
+    content = first.read_bytes()
+    first.write_bytes(second.read_bytes())
+    second.write_bytes(content)
+    with pytest.raises(ConfigError, match="not the data this run started on"):
+        train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **{**fields, "data_root": str(other)}))
+    # generate_seed is part of the run's config: changing it alone is refused before the data are even read.
+    with pytest.raises(ConfigError, match="differs in generate_seed"):
+        train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **{**fields, "generate_seed": 4}))
+
+
+class _SlowSteps(L.Callback):
+    """Makes every training step take ``seconds`` longer (a stand-in for a bigger model)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        time.sleep(self.seconds)
+
+
+def test_the_real_clock_stops_before_the_budget_and_the_cli_says_unfinished(
+        tiny_config: Callable[..., TrainConfig], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    budget = 6.0
+    config = tiny_config(setup="ce", max_steps=-1, max_epochs=50, max_train_samples=8, batch_size=2, time_budget=budget)
+    began = time.monotonic()
+    result = train(config, callbacks=[_SlowSteps(0.25)])
+    elapsed = time.monotonic() - began
+    assert result["status"] == "unfinished" and result["global_step"] >= 4
+    assert elapsed < budget, f"the run took {elapsed:.2f} s of a {budget} s budget"
+    config_file = tmp_path / "run.yaml"
+    TrainConfig.from_yaml(Path(config.run_dir) / "config.yaml").with_overrides(
+        {"time_budget": 0.5, "resume": True}).to_yaml(config_file)
+    assert cli.main(["--config", str(config_file)]) == UNFINISHED_EXIT_CODE
+    err = capsys.readouterr().err
+    assert "rpm-train: unfinished" in err and "resume=true" in err and "Traceback" not in err
+
+
+def test_a_finished_run_resumed_from_its_archive_returns_its_metrics(tiny_config: Callable[..., TrainConfig],
+                                                                     tmp_path: Path) -> None:
+    config = tiny_config(setup="ce")
+    metrics = train(config)
+    runs = run_archive.pack(config.run_dir, tmp_path / "state.tar.gz")
+    assert [r.status for r in runs] == ["finished"] and not any("ckpt" in f for f in runs[0].files)
+    run_archive.unpack(tmp_path / "state.tar.gz", tmp_path / "moved")
+    again = train(TrainConfig(**{**config.to_dict(), "run_dir": str(tmp_path / "moved"), "resume": True}))
+    assert again["test_accuracy"] == metrics["test_accuracy"] and again["runtime_s"] == metrics["runtime_s"]
+
+
+def test_the_step_that_ends_an_epoch_is_never_cut_from_its_validation() -> None:
+    class Trainer:
+        num_training_batches = 4
+        global_step = 8
+        fit_loop = type("F", (), {"epoch_loop": type("E", (), {"batch_idx": 3})()})()
+
+    stop = time_budget.TimeBudgetStop(time_budget.Deadline(10.0), "supervised", Path("last.ckpt"), max_steps=-1)
+    assert stop._validates_after(Trainer(), 3)  # batch 3 of 4 ends the epoch: validation follows it
+    assert not stop._validates_after(Trainer(), 2)
+    limited = time_budget.TimeBudgetStop(time_budget.Deadline(10.0), "supervised", Path("last.ckpt"), max_steps=9)
+    assert limited._validates_after(Trainer(), 4)  # the next step is the 9th: the step limit validates
+
+
+def test_a_deadline_allows_only_work_that_ends_before_it_with_the_safety_factor() -> None:
+    deadline = time_budget.Deadline(10.0, started=time.monotonic())
+    assert deadline.allows(1.0) and not deadline.allows(10.0 / time_budget.SAFETY_FACTOR + 0.1)
+    assert time_budget.Deadline(None).allows(1e9) and not time_budget.Deadline(None).active
