@@ -652,20 +652,12 @@ def run_probe(args: argparse.Namespace) -> int:
     report["seconds"] = round(time.perf_counter() - began, 1)
     out = Path(args.out) if args.out else Path(args.runs[0]) / "linear_eval_probe.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_finite(report), indent=2, default=str))
+    from rpm_lib.training.run import finite_for_json
+
+    out.write_text(json.dumps(finite_for_json(report), indent=2, default=str))
     print(render_table(report))
     print(f"\nJSON: {out}")
     return 0
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 # ----------------------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ from typing import Any
 import yaml
 
 from rpm_lib.notebook_execution import execute_notebook
+from rpm_lib.run_progress import UNFINISHED_EXIT_CODE, stopped_by_budget
 
 #: Notebook parameter that receives ``<run folder>/<notebook stem>`` (figures, tables).
 OUTPUT_DIR_PARAMETER = "output_dir"
@@ -91,8 +92,6 @@ FINISHED_MARKER = "metrics.json"
 BATCH_MARGIN_S = 20.0
 #: A run is not started when less than this (at most a tenth of the budget) is left for it.
 MIN_RUN_SECONDS = 15.0
-#: Exit status when runs are unfinished (time budget) and none failed; the same as rpm-train's.
-UNFINISHED_EXIT_CODE = 75
 
 
 class BatchConfigError(ValueError):
@@ -426,14 +425,6 @@ def _describe_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
-def run_unfinished(run_dir: Path) -> bool:
-    """Whether the run in ``run_dir`` was stopped by its time budget (``progress.json`` status ``unfinished``)."""
-    try:
-        return json.loads((run_dir / "progress.json").read_text()).get("status") == "unfinished"
-    except (OSError, json.JSONDecodeError, AttributeError):
-        return False
-
-
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
             threads: int | None = None, deadline: tuple[float, float] | None = None) -> RunResult:
     """Execute one grid point (template, then the ``then`` notebooks); never raises for notebook failures.
@@ -482,7 +473,7 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
                              execution_timeout=config.execution_timeout)
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
-                if run_unfinished(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
+                if stopped_by_budget(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
                     return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, None, executed)
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, the batch goes on

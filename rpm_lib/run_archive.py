@@ -38,6 +38,8 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rpm_lib.run_progress import FINISHED, UNFINISHED
+
 #: The archive's own record: format, version, runs, files with their sizes and SHA-256.
 MANIFEST = "rpm_state.json"
 FORMAT = "rpm_lib-run-state"
@@ -79,11 +81,8 @@ def find_runs(folder: str | Path) -> list[Path]:
 
 
 def run_status(run_dir: Path) -> str:
-    """``finished`` (metrics.json), ``unfinished`` (progress.json says so, or stages remain) or ``started``."""
-    if (run_dir / "metrics.json").is_file():
-        return "finished"
-    progress = _read_json(run_dir / "progress.json")
-    return "unfinished" if progress.get("status") == "unfinished" or progress.get("stages") else "started"
+    """``finished`` (metrics.json) or ``unfinished`` (to be resumed: stopped by a budget, or killed)."""
+    return FINISHED if (run_dir / "metrics.json").is_file() else UNFINISHED
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -136,13 +135,13 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
     status = run_status(run_dir)
     members: list[tuple[str, bytes]] = []
     names = list(RUN_FILES)
-    if status == "finished":
+    if status == FINISHED:
         names += list(RESULT_FILES) + sorted(p.name for p in run_dir.glob(RESULT_GLOB))
     for name in names:
         if (run_dir / name).is_file():
             members.append((name, (run_dir / name).read_bytes()))
     stages = _read_json(run_dir / "progress.json").get("stages", {})
-    if status == "finished":
+    if status == FINISHED:
         if keep_final_weights and stages:
             final = list(stages.values())[-1].get("weights")
             if isinstance(final, str) and (run_dir / final).is_file():

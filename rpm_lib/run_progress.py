@@ -13,6 +13,26 @@ from typing import Any
 
 from rpm_lib.training.history import history_rows
 
+#: ``progress.json`` status values (written by ``rpm_lib.training.run``).
+FINISHED, UNFINISHED = "finished", "unfinished"
+#: Exit status of ``rpm-train`` and ``rpm-batch`` when a time budget ended work that a rerun continues:
+#: EX_TEMPFAIL of sysexits.h, "try again later".
+UNFINISHED_EXIT_CODE = 75
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def stopped_by_budget(run_dir: str | Path) -> bool:
+    """Whether the run in ``run_dir`` has no result yet because a time budget stopped it (``progress.json``)."""
+    run_dir = Path(run_dir)
+    return not (run_dir / "metrics.json").is_file() and _json(run_dir / "progress.json").get("status") == UNFINISHED
+
 
 @dataclass(frozen=True)
 class RunProgress:
@@ -42,14 +62,6 @@ class RunProgress:
     seconds: float
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
     """The standing of the run in ``run_dir`` (named relative to ``batch_dir`` when given)."""
     run_dir = Path(run_dir)
@@ -64,9 +76,9 @@ def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> Ru
             accuracies.append(float(row["val_accuracy"]))
     stage = rows[-1]["stage"] if rows else None
     if metrics:
-        status = "finished"
-    elif progress.get("status") == "unfinished":
-        status = "unfinished"
+        status = FINISHED
+    elif progress.get("status") == UNFINISHED:
+        status = UNFINISHED
         slices = progress.get("slices") or [{}]
         stage = slices[-1].get("ended_in", stage)
     elif rows:

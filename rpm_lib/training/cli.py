@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rpm-train: error: {error}", file=sys.stderr)
         return 1
     if metrics.get("status") == "unfinished":
-        from rpm_lib.training.run import UNFINISHED_EXIT_CODE
+        from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
 
         print(f"rpm-train: unfinished: the time budget ({config.time_budget:g} s) ended the run in {metrics['stage']} "
               f"after step {metrics['global_step']}; continue with resume=true (state in {config.run_dir})",

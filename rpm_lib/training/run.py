@@ -19,7 +19,7 @@ equal those of an uninterrupted run.
 
 Time-boxed runs: with ``time_budget=SECONDS`` a run stops at a step boundary before the budget ends
 (``rpm_lib.training.time_budget``), writes ``progress.json`` with ``"status": "unfinished"`` and returns
-``{"status": "unfinished", ...}`` (``rpm-train`` exits with :data:`UNFINISHED_EXIT_CODE`); ``resume=true``
+``{"status": "unfinished", ...}`` (``rpm-train`` exits with ``rpm_lib.run_progress.UNFINISHED_EXIT_CODE``, 75); ``resume=true``
 continues it, on this machine or another (``rpm-batch pack`` / ``unpack``). ``progress.json`` records the
 fingerprint of the training data (``rpm_lib.data.fingerprint``) when the run starts; a resumed run refuses data
 with another fingerprint. Checkpoint paths are stored relative to the run folder, so a folder can move.
@@ -44,7 +44,8 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
-from rpm_lib.training.time_budget import Deadline, TimeBudgetReached, TimeBudgetStop
+from rpm_lib.run_progress import FINISHED, UNFINISHED
+from rpm_lib.training.time_budget import Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
@@ -69,11 +70,7 @@ RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
     "data_root", "run_dir",
 })
-#: Exit status of ``rpm-train`` (and papermill-free drivers) when a time budget ended the run before its end:
-#: EX_TEMPFAIL of sysexits.h, "try again later" (resume=true continues the run).
-UNFINISHED_EXIT_CODE = 75
-#: ``progress.json`` status values.
-FINISHED, UNFINISHED = "finished", "unfinished"
+
 
 
 def as_config(config: TrainConfig | Mapping[str, Any] | str | Path) -> TrainConfig:
@@ -141,8 +138,6 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             if done and done.get("completed"):
                 _load_weights(module, _inside_run_dir(run_dir, done.get("weights")))
                 continue
-            if not record.has_time_for_stage(deadline):
-                return record.unfinished(config, plan.name, stages, began)
             try:
                 trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks,
                                                          deadline)
@@ -229,13 +224,6 @@ class ProgressRecord:
         self.progress["_checked"] = current  # once per process: every stage's data module asks
         return current
 
-    def has_time_for_stage(self, deadline: Deadline) -> bool:
-        """Whether a new stage should start: there is time left for at least its set-up and first steps."""
-        if not deadline.active:
-            return True
-        # A stage's set-up (loaders, workers) and first steps: budget a twentieth of the slice, at least 2 s.
-        return deadline.allows(max(2.0, 0.05 * float(deadline.seconds or 0)))
-
     def has_time_for_evaluation(self, deadline: Deadline, config: TrainConfig) -> bool:
         """Whether the final evaluation (val, test, extra test sets) is predicted to end before the deadline.
 
@@ -245,7 +233,7 @@ class ProgressRecord:
             return True
         summaries = [s for s in self.progress.get("stages", {}).values() if s.get("val_seconds")]
         if not summaries:
-            return deadline.allows(max(2.0, 0.05 * float(deadline.seconds or 0)))
+            return deadline.allows(stage_start_seconds(deadline))
         last = summaries[-1]
         # val + test (the same size under the 60/20/20 split) + each extra test set; a validation pass also
         # computed losses, so this overestimates a little, which is the safe side.
@@ -577,6 +565,12 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
                 f"resume: {run_dir}/config.yaml differs in {', '.join(changed)}; resuming would mix two runs "
                 "(use another run_dir or overwrite=true)"
             )
+        moved = previous.get("data_root") != current["data_root"]
+        if moved and "data_fingerprint" not in _read_json(run_dir / "progress.json"):
+            # Only a recorded fingerprint can tell that data in another folder are the same data.
+            raise ConfigError(f"resume: {run_dir}/progress.json records no data fingerprint, so data_root cannot "
+                              f"move ({previous.get('data_root')} -> {current['data_root']}); resume with the "
+                              "original data_root")
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -593,17 +587,18 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     # Strict JSON: NaN (e.g. the AP of a rule with no positives) becomes null.
-    tmp.write_text(json.dumps(_finite(data), indent=2, sort_keys=False, default=_json_default, allow_nan=False))
+    tmp.write_text(json.dumps(finite_for_json(data), indent=2, sort_keys=False, default=_json_default, allow_nan=False))
     tmp.replace(path)
 
 
-def _finite(value: Any) -> Any:
+def finite_for_json(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, inf) in nested dicts / lists replaced by ``None``."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_for_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [finite_for_json(v) for v in value]
     return value
 
 

@@ -71,6 +71,11 @@ class Deadline:
         return SAFETY_FACTOR * seconds < self.left()
 
 
+def stage_start_seconds(deadline: Deadline) -> float:
+    """Time a stage (or the final evaluation, before its own time is known) needs to be worth starting."""
+    return max(2.0, 0.05 * float(deadline.seconds or 0.0))
+
+
 class TimeBudgetStop(L.Callback):
     """Stop a stage at a step boundary when the next step (and the validation it would trigger) would not end
     before ``deadline``; write a resumable ``last.ckpt`` first.
@@ -97,6 +102,12 @@ class TimeBudgetStop(L.Callback):
         self.save_seconds: float | None = None
 
     # -- measurements ------------------------------------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A stage starts only with time for its first steps: a twentieth of the budget, at least 2 s. Decided here,
+        # inside the Trainer, so that under DDP every rank takes rank 0's decision.
+        if self.deadline.active and not self._allows(trainer, stage_start_seconds(self.deadline)):
+            raise TimeBudgetReached(self.stage, int(trainer.global_step))
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The first step of an epoch also starts the loader's iteration: it is measured like any other.
         self._last_mark = time.monotonic()

@@ -20,7 +20,8 @@ import pytest
 from rpm_lib import run_archive
 from rpm_lib.training import cli, time_budget
 from rpm_lib.training.config import ConfigError, TrainConfig
-from rpm_lib.training.run import UNFINISHED_EXIT_CODE, train
+from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
+from rpm_lib.training.run import train
 
 
 class FakeClock:
@@ -104,6 +105,15 @@ def test_a_resumed_run_refuses_data_with_another_fingerprint(tmp_path: Path, fak
     fields = _fields("ce", tmp_path / "data")
     fake_clock()
     assert train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=10.0, **fields))["status"] == "unfinished"
+    # A folder without a recorded fingerprint (a run from before fingerprints) cannot move its data at all.
+    shutil.copytree(tmp_path / "run", tmp_path / "older")
+    progress_path = tmp_path / "older" / "progress.json"
+    progress = json.loads(progress_path.read_text())
+    del progress["data_fingerprint"]
+    progress_path.write_text(json.dumps(progress))
+    moved = {**fields, "data_root": str(tmp_path / "moved")}
+    with pytest.raises(ConfigError, match="records no data fingerprint, so data_root cannot move"):
+        train(TrainConfig(run_dir=str(tmp_path / "older"), resume=True, **moved))
     # "Regenerated" data that are not the same: two training problems swapped (a generator that is not
     # deterministic would do worse). Both files stay valid, so only the fingerprint can tell.
     other = tmp_path / "other"
