@@ -288,7 +288,12 @@ class RpmDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
         rank, world = self._world()
-        return self._loader(self.train_set, self.plan.batch_size, True, rank, world, self._batches_done)
+        loader = self._loader(self.train_set, self.plan.batch_size, True, rank, world, self._batches_done)
+        if self.trainer is not None:
+            # Lightning creates the first epoch's iterator before it tells the sampler the epoch; worker processes
+            # then fetch their first indices at once. A resumed run must not fetch epoch 0's order for epoch e.
+            loader.sampler.set_epoch(self.trainer.fit_loop.epoch_progress.current.processed)
+        return loader
 
     def _batches_done(self) -> int:
         """Training batches the trainer has finished in its current epoch (asked when a checkpoint is written)."""

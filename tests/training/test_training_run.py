@@ -126,12 +126,16 @@ def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize(("setup", "kill_stage"),
-                         [("mlcl_aug", "pretrain"), ("mlcl", "linear"), ("ce_aux_sparse", "supervised")])
+@pytest.mark.parametrize(("setup", "kill_stage", "workers"),
+                         [("mlcl_aug", "pretrain", 0), ("mlcl", "linear", 0), ("ce_aux_sparse", "supervised", 0),
+                          ("ce_aux_sparse", "supervised", 2)])
 def test_resume_gives_the_same_final_metrics(tiny_config: Callable[..., TrainConfig], tmp_path: Path, setup: str,
-                                             kill_stage: str) -> None:
+                                             kill_stage: str, workers: int) -> None:
+    # workers: loader processes fetch the resumed epoch's first indices as soon as the iterator exists, before
+    # Lightning sets the sampler's epoch; the data module must set it first.
     fields = dict(setup=setup, max_steps=-1, max_epochs=2, linear_eval_epochs=2, max_train_samples=8, batch_size=4,
-                  max_val_samples=4, max_test_samples=6, limit_val_batches=1.0, limit_test_batches=1.0, patience=5)
+                  max_val_samples=4, max_test_samples=6, limit_val_batches=1.0, limit_test_batches=1.0, patience=5,
+                  num_workers=workers)
     reference = train(tiny_config(run_dir=str(tmp_path / "uninterrupted"), **fields))
     interrupted = tiny_config(run_dir=str(tmp_path / "resumed"), **fields)
     with pytest.raises(_SimulatedKill):
