@@ -53,7 +53,8 @@ def record(files_at: Path) -> dict:
     RESULTS.mkdir(parents=True, exist_ok=True)
     previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
     entry = {"slice": len(previous) + 1, **info, "state_bytes": state.stat().st_size,
-             "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"), "runs": runs}
+             "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"), "runs": runs,
+             "rpms_per_second": aggregate_rate(previous[-1]["runs"] if previous else [], runs, info["seconds"])}
     shutil.copyfile(state, RESULTS / "state.tar.gz")
     for name in ("progress.md", "table1.md"):
         if (files_at / name).is_file():
@@ -61,6 +62,14 @@ def record(files_at: Path) -> dict:
     with SLICES.open("a") as handle:
         handle.write(json.dumps(entry) + "\n")
     return entry
+
+
+def aggregate_rate(before: list[dict], after: list[dict], seconds: float) -> float | None:
+    """Problems trained per second by all runs together during one slice, over its whole wall time (data
+    generation, start-up, validation and packing included: what a slice really delivers)."""
+    done_before = {run["run"]: run.get("rpms", 0) for run in before}
+    trained = sum(run.get("rpms", 0) - done_before.get(run["run"], 0) for run in after)
+    return round(trained / seconds, 1) if seconds > 0 else None
 
 
 def _run_cell(run: dict) -> str:
@@ -72,13 +81,14 @@ def _run_cell(run: dict) -> str:
 
 
 def slices_markdown(entries: list[dict]) -> str:
-    lines = ["| slice | date | card | seconds | exit | state MB | GPU util % | runs (epochs per stage, best val %) |",
-             "|---:|---|---|---:|---:|---:|---:|---|"]
+    lines = ["| slice | date | card | seconds | exit | state MB | GPU util % | RPMs/s, all runs | runs (epochs per stage, "
+             "best val %) |", "|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for e in entries:
         runs = "; ".join(_run_cell(run) for run in e["runs"])
         util = "" if e.get("gpu_utilisation_percent") is None else f"{e['gpu_utilisation_percent']:.0f}"
+        rate = "" if e.get("rpms_per_second") is None else f"{e['rpms_per_second']:,.0f}"
         lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {e['exit_status']} | "
-                     f"{e['state_bytes'] / 1e6:.1f} | {util} | {runs} |")
+                     f"{e['state_bytes'] / 1e6:.1f} | {util} | {rate} | {runs} |")
     return "\n".join(lines)
 
 

@@ -49,6 +49,8 @@ class RunProgress:
         test_accuracy: from ``metrics.json`` once finished, else None.
         slices: time slices recorded in ``progress.json``.
         seconds: wall seconds of those slices together.
+        steps: optimiser steps of all stages so far (``progress.json``; finished and interrupted stages).
+        rpms: problems trained on so far: each stage's steps times its batch size (views not counted).
     """
 
     run: str
@@ -60,6 +62,8 @@ class RunProgress:
     test_accuracy: float | None
     slices: int
     seconds: float
+    steps: int = 0
+    rpms: int = 0
 
 
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
@@ -87,12 +91,28 @@ def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> Ru
         status = "not started"
     slices = progress.get("slices") or []
     name = run_dir.relative_to(batch_dir).as_posix() if batch_dir is not None else run_dir.name
+    summaries = [s for s in (progress.get("stages") or {}).values() if isinstance(s, dict)]
+    steps = sum(int(s.get("global_step") or 0) for s in summaries)
+    batch = _batch_size(run_dir)
+    rpms = sum(int(s.get("global_step") or 0) * int(s.get("batch_size") or batch) for s in summaries)
     return RunProgress(
         run=name, status=status, stage=stage, epochs=epochs,
         val_accuracy=accuracies[-1] if accuracies else None,
         best_val_accuracy=max(accuracies) if accuracies else None,
         test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
-        seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1))
+        seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms)
+
+
+def _batch_size(run_dir: Path) -> int:
+    """``batch_size`` of the run's ``config.yaml`` (0 when unreadable): the batch of a stage cut short, whose
+    summary has none."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        return int(config.get("batch_size") or 0)
+    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError):
+        return 0
 
 
 def batch_progress(batch_dir: str | Path) -> list[RunProgress]:

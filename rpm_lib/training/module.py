@@ -267,5 +267,7 @@ class RpmModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         loss_sum, count = checkpoint.get("rpm_epoch_loss", (0.0, 0))
-        self._epoch_loss_sum = torch.tensor(float(loss_sum), device=self.device) if count else 0.0
+        # A Python float (the module may not be on its device yet): adding a float32 loss to it rounds exactly as
+        # the uninterrupted float32 sum did, since the float holds a float32 value.
+        self._epoch_loss_sum = float(loss_sum)
         self._epoch_loss_count = int(count)
