@@ -130,6 +130,7 @@ class quiet_lightning:
         r".*srun. command is available on your system but is not used.*",
         r".*The `srun` command is available.*",
         r".*module\(s\) in eval mode at the start of training.*",  # frozen parts are kept in eval on purpose
+        r".*It is recommended to use .self\.log\('train/.*sync_dist=True.*",  # training logs are per process
     )
 
     def __enter__(self) -> "quiet_lightning":

@@ -83,6 +83,7 @@ class RpmModule(L.LightningModule):
         self._frozen: list[nn.Module] = []
         self._epoch_loss_sum: torch.Tensor | float = 0.0
         self._epoch_loss_count = 0
+        self._epoch_parts: dict[str, torch.Tensor | float] = {}  # name -> sum of term * batch size this epoch
 
     # ------------------------------------------------------------------------------------------
     # stages
@@ -213,7 +214,7 @@ class RpmModule(L.LightningModule):
     # Lightning hooks
     # ------------------------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
-        self._epoch_loss_sum, self._epoch_loss_count = 0.0, 0
+        self._epoch_loss_sum, self._epoch_loss_count, self._epoch_parts = 0.0, 0, {}
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # Dropout etc. draw from the global RNG, which Lightning and DataLoaders also consume at moments that
@@ -226,15 +227,26 @@ class RpmModule(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         to_backward, value, parts = self.stage_losses(batch)
         size = int(batch["target"].shape[0])
-        self._epoch_loss_sum = self._epoch_loss_sum + value.detach() * size  # a tensor: no device sync per step
+        # Sums kept as tensors (no device sync per step) and logged once per epoch (on_train_epoch_end): every
+        # self.log call costs the host about a millisecond of Lightning bookkeeping.
+        self._epoch_loss_sum = self._epoch_loss_sum + value.detach() * size
         self._epoch_loss_count += size
-        # Training logs are this process's view (no per-step all-reduce under DDP); validation logs are synced.
-        # On the progress bar only when there is one: a step value shown there is read back every step
-        # (Lightning calls .item() on it), which makes the host wait for the GPU to finish the step.
-        self.log("train/loss", value, on_step=True, on_epoch=True, prog_bar=self.config.progress_bar, batch_size=size)
         for name, term in parts.items():
-            self.log(f"train/{name}", term, on_step=False, on_epoch=True, batch_size=size)
+            self._epoch_parts[name] = self._epoch_parts.get(name, 0.0) + term.detach() * size
+        if self.config.progress_bar:
+            # A step value on the progress bar is read back every step (Lightning calls .item() on it), which
+            # makes the host wait for the GPU: only when a person watches the bar.
+            self.log("train/loss", value, on_step=True, on_epoch=False, prog_bar=True, batch_size=size)
         return to_backward
+
+    def on_train_epoch_end(self) -> None:
+        # Training logs are this process's view (no all-reduce under DDP); validation logs are synced.
+        if not self._epoch_loss_count:
+            return
+        count = self._epoch_loss_count
+        self.log("train/epoch_loss", self._epoch_loss_sum / count, on_step=False, on_epoch=True)
+        for name, total in self._epoch_parts.items():
+            self.log(f"train/{name}", total / count, on_step=False, on_epoch=True)
 
     def epoch_train_loss(self) -> float:
         """Mean training loss of the current epoch so far on this process (NaN before the first step)."""
@@ -264,6 +276,7 @@ class RpmModule(L.LightningModule):
         # The running mean of the epoch's training loss (history.csv): a checkpoint written mid-epoch by the time
         # budget must carry it, or a resumed epoch would report the mean of its second part only.
         checkpoint["rpm_epoch_loss"] = [float(self._epoch_loss_sum), self._epoch_loss_count]
+        checkpoint["rpm_epoch_parts"] = {name: float(total) for name, total in self._epoch_parts.items()}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         loss_sum, count = checkpoint.get("rpm_epoch_loss", (0.0, 0))
@@ -271,3 +284,4 @@ class RpmModule(L.LightningModule):
         # the uninterrupted float32 sum did, since the float holds a float32 value.
         self._epoch_loss_sum = float(loss_sum)
         self._epoch_loss_count = int(count)
+        self._epoch_parts = {str(k): float(v) for k, v in checkpoint.get("rpm_epoch_parts", {}).items()}
