@@ -10,7 +10,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: install test test-browser demo bench clean-venv dev device-wheels
+.PHONY: install test test-browser test-slurm demo bench clean-venv dev device-wheels
 
 # The exact pins of requirements.txt first, then rpm_lib itself with --no-deps: pyproject.toml only declares
 # compatible ranges (for `pip install .` elsewhere), which tests/test_packaging.py keeps admitting these pins.
@@ -33,6 +33,11 @@ test: $(STAMP)
 # that hint when Chromium is missing; .ci/run installs it).
 test-browser: $(STAMP)
 	$(PY) -m pytest tests/browser -q -p no:cacheprovider --timeout=900 -rs
+
+# Only the grid-on-SLURM tests: a one-node SLURM on 127.0.0.1 (Debian: `apt-get install -y slurm-wlm`, as root;
+# skipped with that hint otherwise; .ci/run installs it).
+test-slurm: $(STAMP)
+	$(PY) -m pytest tests/test_slurm.py -q -p no:cacheprovider --timeout=900 -rs
 
 demo: $(STAMP)
 	$(PY) -m rpm_lib.demo --out runs/demo

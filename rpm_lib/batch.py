@@ -131,6 +131,7 @@ class BatchConfig:
     fixed: dict[str, Any]
     grids: tuple[Grid, ...]
     prepare: tuple[PrepareStep, ...] = ()
+    slurm: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ def load_batch_config(path: str | Path) -> BatchConfig:
     if not isinstance(raw, Mapping):
         raise _fail(path, "top level must be a mapping")
     known = {"name", "template", "then", "report", "out", "kernel", "execution_timeout", "fixed", "grids", "axes",
-             "prepare"}
+             "prepare", "slurm"}
     unknown = set(raw) - known
     if unknown:
         raise _fail(path, f"unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -304,7 +305,18 @@ def load_batch_config(path: str | Path) -> BatchConfig:
         fixed=fixed,
         grids=grids,
         prepare=_parse_prepare(raw.get("prepare"), path),
+        slurm=_slurm_mapping(raw.get("slurm"), path),
     )
+
+
+def _slurm_mapping(raw: Any, path: Path) -> dict[str, Any] | None:
+    """The YAML's ``slurm:`` settings, checked now (``rpm_lib.slurm.parse_settings``) so a typo fails at once."""
+    if raw is None:
+        return None
+    from rpm_lib.slurm import parse_settings
+
+    parse_settings(raw, source=str(path))
+    return dict(raw)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -541,7 +553,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
               grids: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
               cuda_devices: Sequence[str] | None = None, quiet: bool = False,
               prepare: bool = True, time_budget: float | None = None,
-              workers_per_run: int | str | None = None) -> list[RunResult]:
+              workers_per_run: int | str | None = None, executor: str = "local",
+              slurm: Mapping[str, Any] | None = None, wait: bool = False) -> list[RunResult]:
     """Run (or, with ``dry_run``, only plan) every run of a batch YAML; see the module docstring.
 
     Args:
@@ -559,6 +572,11 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
             needs a template with a ``time_budget`` parameter (``03_train``).
         workers_per_run: DataLoader workers of each run (the template's ``num_workers``), or ``"auto"``: the
             machine's cores shared among the ``jobs`` runs at once, one core each kept for the training process.
+        executor: ``local`` (processes here) or ``slurm`` (one job array, ``rpm_lib.slurm``; the ``prepare``
+            steps still run here first).
+        slurm: ``--slurm KEY=VALUE`` settings over the YAML's ``slurm:`` mapping.
+        wait: with ``slurm``, wait for the array and gather the tables (else return once it is submitted;
+            results then have status ``submitted``).
 
     Returns:
         One ``RunResult`` per run, in grid order. Failed runs do not raise.
@@ -600,6 +618,10 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         return results
     if prepare:
         _run_prepare(config, False, log)
+    if executor == "slurm":
+        return _run_on_slurm(config, specs, out_dir, dict(slurm or {}), wait, log)
+    if executor != "local":
+        raise BatchConfigError(f"--executor must be local or slurm, got {executor!r}")
     by_name: dict[tuple[str, str], RunResult] = {
         (s.grid, s.name): RunResult(s, d.resolve(), "skipped") for s, d, f in plan if f}
     devices = list(cuda_devices) if cuda_devices else None
@@ -666,6 +688,26 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
 # ----------------------------------------------------------------------------------------------
 
 
+def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, overrides: dict[str, Any], wait: bool,
+                  log) -> list[RunResult]:
+    from rpm_lib import slurm
+
+    settings = slurm.parse_settings(config.slurm, overrides, source=str(config.path))
+    submitted = dict((s.name, job) for s, job in slurm.submit(config, specs, out, settings, log))
+    if not wait:
+        return [RunResult(s, run_dir_of(out, s).resolve(), "submitted" if s.name in submitted else "skipped")
+                for s in specs]
+    statuses = {status.run: status for status in slurm.wait(config, specs, out, log=log)}
+    names = {"done": "done", "unfinished": "unfinished"}
+    results = [RunResult(s, run_dir_of(out, s).resolve(), names.get(statuses[f"{s.grid}/{s.name}"].state, "failed"))
+               for s in specs]
+    paths = gather_results(out)
+    log(f"done: {sum(r.status == 'done' for r in results)} finished, {sum(r.status == 'failed' for r in results)} "
+        f"failed, {sum(r.status == 'unfinished' for r in results)} unfinished")
+    log(paths["table1_md"].read_text())
+    return results
+
+
 def _parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--set expects KEY=VALUE, got {text!r}")
@@ -707,6 +749,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="wall-clock seconds for this call: runs stop at a step boundary before it ends, leave a "
                              "resumable state and count as unfinished (exit status 75); run again to continue")
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="where runs execute: local processes (default) or one SLURM job array through submitit "
+                             "(settings: the YAML's 'slurm:' mapping and --slurm; docs/cluster.md)")
+    parser.add_argument("--slurm", dest="slurm", action="append", type=_parse_override, default=[],
+                        metavar="KEY=VALUE", help="a SLURM setting over the YAML's (partition, account, time_min, "
+                        "cpus_per_task, gpus_per_task, mem_gb, signal_delay_s, max_requeues, array_parallelism, "
+                        "extra, setup); repeatable")
+    parser.add_argument("--wait", action="store_true",
+                        help="with --executor slurm: wait for the array, then write the tables (else return once "
+                             "submitted; `rpm-batch status CONFIG` shows the cells)")
     parser.add_argument("--workers-per-run", type=_workers, metavar="N|auto",
                         help="DataLoader workers of each run (its num_workers); auto: the cores shared among the runs "
                              "executed at once (--jobs), one kept for each run's training process")
@@ -784,6 +836,34 @@ def state_main(argv: Sequence[str]) -> int:
 
 
 STATE_COMMANDS = ("pack", "unpack", "progress")
+SLURM_COMMANDS = ("status", "cancel")
+
+
+def slurm_main(argv: Sequence[str]) -> int:
+    """``rpm-batch status | cancel CONFIG``: the cells of a batch submitted with ``--executor slurm``."""
+    from rpm_lib import slurm
+
+    parser = argparse.ArgumentParser(prog=f"rpm-batch {argv[0]}", description=(
+        "status: each cell of a batch submitted with --executor slurm (done, failed, unfinished, or SLURM's state: "
+        "pending, running, requeued, ...), its job id and requeues. cancel: scancel the cells' jobs SLURM still "
+        "lists (finished runs keep their results; rerun the batch to resume the others)."))
+    parser.add_argument("config", help="the batch YAML")
+    parser.add_argument("--out", help="batch folder (default: the YAML's 'out')")
+    parser.add_argument("--grid", action="append", help="only this grid (repeatable; default: default grids)")
+    args = parser.parse_args(argv[1:])
+    try:
+        config = load_batch_config(args.config)
+        out = Path(args.out) if args.out else config.out
+        specs = expand_grid(config, args.grid)
+        if argv[0] == "status":
+            print(slurm.status_table(slurm.cell_status(config, specs, out)))
+        else:
+            jobs = slurm.cancel(config, specs, out)
+            print(f"rpm-batch cancel: {len(jobs)} job(s) cancelled" + (f": {' '.join(jobs)}" if jobs else ""))
+    except (BatchConfigError, FileNotFoundError, slurm.SlurmError) as exc:
+        print(f"rpm-batch {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -792,6 +872,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in STATE_COMMANDS:
         return state_main(argv)
+    if argv and argv[0] in SLURM_COMMANDS:
+        return slurm_main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -809,8 +891,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
                             overrides=dict(args.overrides),
                             cuda_devices=args.cuda_devices.split(",") if args.cuda_devices else None,
-                            time_budget=args.time_budget, workers_per_run=args.workers_per_run)
-    except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step
+                            time_budget=args.time_budget, workers_per_run=args.workers_per_run,
+                            executor=args.executor, slurm=dict(args.slurm), wait=args.wait)
+    except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step, SLURM
         print(f"rpm-batch: error: {exc}", file=sys.stderr)
         return 2
     if any(r.status == "failed" for r in results):

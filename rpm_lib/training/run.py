@@ -26,15 +26,18 @@ with another fingerprint. Checkpoint paths are stored relative to the run folder
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import platform
 import shutil
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
 from rpm_lib.run_progress import FINISHED, UNFINISHED
-from rpm_lib.training.time_budget import Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
+from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
@@ -102,7 +105,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             (use ``resume=true`` or ``overwrite=true``).
     """
     config = as_config(config)
-    deadline = Deadline(config.time_budget)
+    deadline = Deadline(config.time_budget, stop_file=Path(config.run_dir) / STOP_FILE)
     # Fail before touching the run folder.
     resolve_precision(config)
     if not config.generate and not Path(config.data_root).exists():
@@ -114,9 +117,10 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     began = time.perf_counter()
     run_dir = Path(config.run_dir)
     rank = _launch_rank()
-    with quiet_lightning():
+    with quiet_lightning(), stop_on_scheduler_signals(run_dir / STOP_FILE):
         if rank == 0:
             _prepare_run_dir(config, run_dir)
+            (run_dir / STOP_FILE).unlink(missing_ok=True)  # a request that an earlier call already obeyed
             # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
             dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(
                 run_dir / "config.yaml")
@@ -163,6 +167,30 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         _write_json(run_dir / "metrics.json", metrics)
         record.finish(stages, began)
         return metrics
+
+
+@contextlib.contextmanager
+def stop_on_scheduler_signals(stop_file: Path) -> Iterator[None]:
+    """Inside a SLURM job: SIGUSR2 (``--signal=USR2@N`` before the time limit) and SIGTERM (preemption, the limit)
+    write ``stop_file`` instead of killing the process, so the run stops at its next step with a resumable state.
+
+    Only in the main thread of a process that SLURM started (``SLURM_JOB_ID``); the previous handlers come back
+    on exit. SLURM signals every process of a job step, so this protects a run inside a notebook kernel too.
+    """
+    if "SLURM_JOB_ID" not in os.environ or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, frame: Any) -> None:
+        stop_file.parent.mkdir(parents=True, exist_ok=True)
+        stop_file.touch()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGUSR2, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _finished_metrics(run_dir: Path, progress: dict[str, Any], config: TrainConfig) -> dict[str, Any] | None:

@@ -44,24 +44,36 @@ class TimeBudgetReached(Exception):
         self.global_step = global_step
 
 
+#: A file of this name in a run folder asks the run to stop at its next step boundary, as if its budget had ended
+#: (``rpm-batch`` on SLURM writes it when the scheduler signals a time limit or a preemption).
+STOP_FILE = "stop.request"
+
+
 class Deadline:
-    """A wall-clock deadline on the monotonic clock.
+    """A wall-clock deadline on the monotonic clock, and an optional stop-request file.
 
     Args:
-        seconds: the budget; ``None`` = no deadline (every query says there is time).
+        seconds: the budget; ``None`` = no deadline (every query says there is time unless a stop is requested).
         started: ``time.monotonic()`` at which the budget began (default: now).
+        stop_file: when this file exists, the deadline counts as passed.
     """
 
-    def __init__(self, seconds: float | None, started: float | None = None) -> None:
+    def __init__(self, seconds: float | None, started: float | None = None, stop_file: Path | None = None) -> None:
         self.seconds = seconds
         self.started = time.monotonic() if started is None else started
+        self.stop_file = stop_file
 
     @property
     def active(self) -> bool:
-        return self.seconds is not None
+        return self.seconds is not None or self.stop_file is not None
+
+    def stop_requested(self) -> bool:
+        return self.stop_file is not None and self.stop_file.exists()
 
     def left(self) -> float:
-        """Seconds until the deadline (``inf`` without one; negative once it has passed)."""
+        """Seconds until the deadline (``inf`` without one; negative once it has passed or a stop is requested)."""
+        if self.stop_requested():
+            return float("-inf")
         if self.seconds is None:
             return float("inf")
         return self.started + self.seconds - time.monotonic()
@@ -73,7 +85,7 @@ class Deadline:
 
 def stage_start_seconds(deadline: Deadline) -> float:
     """Time a stage (or the final evaluation, before its own time is known) needs to be worth starting."""
-    return max(2.0, 0.05 * float(deadline.seconds or 0.0))
+    return max(2.0, 0.05 * float(deadline.seconds or 0.0)) if deadline.seconds is not None else 0.0
 
 
 class TimeBudgetStop(L.Callback):

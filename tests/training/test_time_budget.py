@@ -187,3 +187,25 @@ def test_a_deadline_allows_only_work_that_ends_before_it_with_the_safety_factor(
     deadline = time_budget.Deadline(10.0, started=time.monotonic())
     assert deadline.allows(1.0) and not deadline.allows(10.0 / time_budget.SAFETY_FACTOR + 0.1)
     assert time_budget.Deadline(None).allows(1e9) and not time_budget.Deadline(None).active
+
+
+class _RequestStop(L.Callback):
+    """Writes the run's stop request after ``step`` steps (what rpm-batch on SLURM does on a scheduler signal)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            (Path(trainer.default_root_dir) / time_budget.STOP_FILE).touch()
+
+
+def test_a_stop_request_file_stops_a_run_without_a_budget_and_resuming_finishes_it(tmp_path: Path) -> None:
+    fields = _fields("ce", tmp_path / "data")
+    reference = train(TrainConfig(run_dir=str(tmp_path / "reference"), **fields))
+    stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), **fields), callbacks=[_RequestStop(2)])
+    # The request is seen at the boundary of the step that wrote it (this callback runs before the budget check).
+    assert stopped["status"] == "unfinished" and stopped["global_step"] == 2
+    resumed = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields))
+    assert not (tmp_path / "run" / time_budget.STOP_FILE).exists()  # an obeyed request does not stop the resume
+    assert _comparable(resumed) == _comparable(reference)

@@ -1,0 +1,219 @@
+"""``rpm-batch --executor slurm`` against a real SLURM: Debian's slurm-wlm (22.05), one node on 127.0.0.1, started
+and stopped here (``auth/none``: no munge). A 2-cell grid of tiny runs is submitted as a job array; one cell needs
+more than its task's time limit, stops before it with a resumable state, requeues itself and finishes in a
+later instance; the tables and metrics equal a local run of the same grid. ``make test-slurm`` runs only these.
+
+Skipped with the install command when the SLURM daemons are absent or the tests do not run as root (slurmd
+runs jobs as their user; CI runs as root and ``.ci/run`` installs slurm-wlm).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rpm_lib import batch, slurm
+
+REPO = Path(__file__).resolve().parents[1]
+DAEMONS = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _slurm_conf(folder: Path) -> str:
+    host = socket.gethostname()
+    # cred_expire also sets how long SLURM holds a requeued job back (120 s by default); sched_interval how often
+    # it looks again. Both are lowered so a requeue takes seconds here, not minutes.
+    return f"""ClusterName=rpmtest
+SlurmctldHost={host}(127.0.0.1)
+AuthType=auth/none
+CredType=cred/none
+AuthInfo=cred_expire=10
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+StateSaveLocation={folder}/state
+SlurmdSpoolDir={folder}/spool
+SlurmctldPidFile={folder}/slurmctld.pid
+SlurmdPidFile={folder}/slurmd.pid
+SlurmctldLogFile={folder}/slurmctld.log
+SlurmdLogFile={folder}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+ReturnToService=2
+KillWait=5
+MinJobAge=3600
+InactiveLimit=0
+JobRequeue=1
+NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A running one-node SLURM; yields the environment (``SLURM_CONF``) its commands need."""
+    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    if missing:
+        pytest.skip(f"SLURM not installed ({', '.join(missing)} missing): apt-get install -y slurm-wlm "
+                    "(.ci/run does)")
+    if os.geteuid() != 0:
+        pytest.skip("the one-node SLURM of these tests runs its daemons as root; run them as root (CI does)")
+    folder = tmp_path_factory.mktemp("slurm")
+    for sub in ("state", "spool"):
+        (folder / sub).mkdir()
+    conf = folder / "slurm.conf"
+    conf.write_text(_slurm_conf(folder))
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    daemons = [subprocess.Popen([name, "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL) for name in ("slurmctld", "slurmd")]
+    try:
+        for _ in range(60):
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout.strip()
+            if state == "idle":
+                break
+            time.sleep(0.5)
+        else:
+            log = (folder / "slurmctld.log").read_text()[-2000:] if (folder / "slurmctld.log").exists() else ""
+            pytest.fail(f"the test SLURM did not become idle (sinfo: {state!r}); slurmctld.log ends:\n{log}")
+        yield env
+    finally:
+        subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
+        for daemon in daemons:
+            daemon.terminate()
+        for daemon in daemons:
+            try:
+                daemon.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+
+
+def _batch_yaml(work: Path, out: str) -> Path:
+    """Two cells: `short` ends within the 1-minute task limit; `long` needs more and is requeued."""
+    path = work / f"{out}.yaml"
+    path.write_text(f"""name: slurm-test
+template: {REPO / 'notebooks' / '03_train.ipynb'}
+out: {work / out}
+prepare:
+  - creates: {work / 'data' / 'generator.json'}
+    run: [rpm-generate, --out, {work / 'data'}, --num-per-config, "10", --seed, "5", --no-xml, --quiet]
+slurm:
+  time_min: 1
+  signal_delay_s: 15
+  cpus_per_task: 1
+  max_requeues: 4
+fixed:
+  data_root: {work / 'data'}
+  setup: ce
+  encoder: scl
+  image_size: 32
+  batch_size: 8
+  accelerator: cpu
+  precision: 32-true
+  progress_bar: false
+  patience: 100
+  resume: true
+  save_predictions: true
+axes:
+  cell:
+    short: {{max_epochs: 2}}
+    long: {{max_epochs: 45}}
+""")
+    return path
+
+
+def _comparable(metrics: dict) -> dict:
+    dropped = {"runtime_s", "stages", "git_commit", "config", "test_sets"}
+    return {k: v for k, v in metrics.items() if k not in dropped}
+
+
+def test_a_grid_on_slurm_is_requeued_at_its_time_limit_and_equals_the_local_run(
+        slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in slurm_cluster.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    config = _batch_yaml(tmp_path, "on_slurm")
+    results = batch.run_batch(config, executor="slurm", wait=True, quiet=False)
+    assert [r.status for r in results] == ["done", "done"], [(r.spec.name, r.status) for r in results]
+    out = tmp_path / "on_slurm" / "main"
+    long_log = (out / "cell-long" / slurm.JOB_LOG).read_text()
+    assert "requeued to resume the run" in long_log, long_log  # the time limit forced at least one requeue
+    assert "(restart 1)" in long_log, long_log
+    assert "requeued" not in (out / "cell-short" / slurm.JOB_LOG).read_text()
+    progress = json.loads((out / "cell-long" / "progress.json").read_text())
+    assert len(progress["slices"]) >= 2 and progress["slices"][0]["ended_in"] == "supervised"
+    statuses = slurm.cell_status(batch.load_batch_config(config), batch.expand_grid(batch.load_batch_config(config)),
+                                 tmp_path / "on_slurm")
+    assert [(s.state, s.restarts >= 1) for s in statuses] == [("done", False), ("done", True)]
+
+    local_config = _batch_yaml(tmp_path, "local")
+    assert all(r.status == "done" for r in batch.run_batch(local_config, jobs=2, quiet=True))
+    for cell in ("cell-short", "cell-long"):
+        on_slurm = json.loads((out / cell / "metrics.json").read_text())
+        local = json.loads((tmp_path / "local" / "main" / cell / "metrics.json").read_text())
+        assert _comparable(on_slurm) == _comparable(local), cell
+    table = (tmp_path / "on_slurm" / "table1.csv").read_text()
+    assert table == (tmp_path / "local" / "table1.csv").read_text().replace(str(tmp_path / "local"),
+                                                                             str(tmp_path / "on_slurm"))
+
+
+def test_status_and_cancel_name_the_cells_and_bad_settings_fail_in_one_line(
+        slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for key, value in slurm_cluster.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    config = _batch_yaml(tmp_path, "cancelled")
+    assert batch.main([str(config), "--executor", "slurm", "--slurm", "time_min=30"]) == 0
+    assert batch.main([str(config), "--executor", "slurm", "--slurm", "time_min=30"]) == 0
+    assert "2 run(s) already queued or running, not submitted again" in capsys.readouterr().out
+    assert batch.main(["status", str(config)]) == 0
+    table = capsys.readouterr().out
+    assert "| main/cell-short |" in table and "| main/cell-long |" in table, table
+    assert batch.main(["cancel", str(config)]) == 0
+    assert "job(s) cancelled" in capsys.readouterr().out
+    for _ in range(20):
+        states = [s.state for s in slurm.cell_status(batch.load_batch_config(config),
+                                                      batch.expand_grid(batch.load_batch_config(config)),
+                                                      tmp_path / "cancelled")]
+        if set(states) <= {"cancelled", "done"}:
+            break
+        time.sleep(1)
+    assert set(states) <= {"cancelled", "done"}, states
+    assert batch.main([str(config), "--executor", "slurm", "--slurm", "time_min=0"]) == 2
+    assert batch.main([str(config), "--executor", "slurm", "--slurm", "partitoin=gpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "slurm setting 'time_min': expected a whole number >= 1, got 0" in err[0]
+    assert "unknown slurm setting 'partitoin'" in err[1] and len(err) == 2
+
+
+def test_without_slurm_the_executor_says_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # rpm-generate, but no SLURM commands
+    monkeypatch.chdir(tmp_path)
+    config = _batch_yaml(tmp_path, "nowhere")
+    assert batch.main([str(config), "--executor", "slurm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("rpm-batch: error: 'sbatch' not found: --executor slurm needs the SLURM client commands "
+                       "(sbatch, squeue, scontrol, scancel) on PATH")
