@@ -32,8 +32,12 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+#: The test cluster's one node; slurmd is told its name (-N), so the machine's own hostname does not matter.
+NODE = "rpmnode"
+
+
 def _slurm_conf(folder: Path) -> str:
-    host = socket.gethostname()
+    host = socket.gethostname().split(".")[0]  # slurmctld compares its short hostname with SlurmctldHost
     # cred_expire also sets how long SLURM holds a requeued job back (120 s by default); sched_interval how often
     # it looks again. Both are lowered so a requeue takes seconds here, not minutes.
     return f"""ClusterName=rpmtest
@@ -66,8 +70,8 @@ KillWait=5
 MinJobAge=3600
 InactiveLimit=0
 JobRequeue=1
-NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+NodeName={NODE} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes={NODE} Default=YES MaxTime=INFINITE State=UP
 """
 
 
@@ -86,8 +90,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     conf = folder / "slurm.conf"
     conf.write_text(_slurm_conf(folder))
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    daemons = [subprocess.Popen([name, "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL) for name in ("slurmctld", "slurmd")]
+    commands = (["slurmctld", "-D", "-f", str(conf)], ["slurmd", "-D", "-N", NODE, "-f", str(conf)])
+    daemons = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for command in commands]
     try:
         for _ in range(60):
             state = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True).stdout.strip()

@@ -62,14 +62,21 @@ def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (
                 if key in optional and _header(archive, names[key]).dtype.hasobject:
                     continue  # an optional member readable only by unpickling is left out, never unpickled
                 with archive.open(names[key]) as member:
+                    header = _read_header(member)
                     if key in header_only:
-                        out[key] = _read_header(member)
-                    else:
-                        out[key] = np.lib.format.read_array(member, allow_pickle=False)
+                        out[key] = header
+                        continue
+                    # A header may promise any size; allocating it first would fail (or swap) on a 400 kB file.
+                    promised = int(np.prod(header.shape, dtype=np.int64)) * header.dtype.itemsize
+                    if promised > archive.getinfo(names[key]).file_size:
+                        raise DataFormatError(f"{path}: member {key!r} claims {header.shape} {header.dtype} "
+                                              f"({promised} bytes) but holds {archive.getinfo(names[key]).file_size}")
+                with archive.open(names[key]) as member:
+                    out[key] = np.lib.format.read_array(member, allow_pickle=False)
             return out
     except DataFormatError:
         raise
     except FileNotFoundError:
         raise DataFormatError(f"{path}: file not found") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, KeyError) as error:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, KeyError, MemoryError) as error:
         raise DataFormatError(f"{path}: not a readable .npz file ({type(error).__name__}: {error})") from error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rpm_lib.training.config import TrainConfig
+from rpm_lib.training.config import ConfigError, TrainConfig
 
 
 def ensure_generated(config: TrainConfig) -> bool:
@@ -21,20 +21,23 @@ def ensure_generated(config: TrainConfig) -> bool:
     if not config.generate:
         return False
     from rpm_lib.data import is_cache
-    from rpm_lib.generator.writer import write_dataset
+    from rpm_lib.generator.writer import GeneratorSettingsError, write_dataset
 
     root = Path(config.data_root)
     if root.exists() and is_cache(root):
         return False
-    write_dataset(
-        root,
-        configurations=config.configurations or "all",
-        count=config.generate_num_per_config,
-        seed=config.generate_seed,
-        mode="balanced",
-        regime=config.generate_regime,  # the generator refuses a folder holding another regime or seed
-        workers=max(1, config.generate_workers),
-        write_xml=False,  # the readers use only the .npz files; skipping .xml saves ~25 %
-        progress=config.progress_bar,
-    )
+    try:
+        write_dataset(
+            root,
+            configurations=config.configurations or "all",
+            count=config.generate_num_per_config,
+            seed=config.generate_seed,
+            mode="balanced",
+            regime=config.generate_regime,  # the generator refuses a folder holding another regime or seed
+            workers=max(1, config.generate_workers),
+            write_xml=False,  # the readers use only the .npz files; skipping .xml saves ~25 %
+            progress=config.progress_bar,
+        )
+    except GeneratorSettingsError as error:  # data_root holds problems of other settings: one line, no traceback
+        raise ConfigError(f"config field 'data_root': {error}") from None
     return True

@@ -31,6 +31,7 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 import platform
 import shutil
 import signal
@@ -381,6 +382,8 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
     stage_dir = run_dir / "checkpoints" / plan.name
     last = stage_dir / "last.ckpt"
     trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks, deadline)
+    if config.resume and last.is_file():
+        _load_checkpoint(last)  # a damaged or foreign file is one line here, not Lightning's traceback
     began = time.perf_counter()
     # weights_only: a shared run folder's last.ckpt is untrusted input (never unpickle code from it).
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None,
@@ -463,10 +466,25 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
     Checkpoints come from run folders that people share; unpickling arbitrary objects would run their code.
     """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"checkpoint {path}: not loadable as plain weights ({reason[:200]})") from None
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - whatever the file is, the user gets one line
+        raise ConfigError(f"checkpoint {path}: not loadable as plain weights ({_checkpoint_problem(error)}); "
+                          "delete it (and the run's progress.json) or use overwrite=true") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        raise ConfigError(f"checkpoint {path}: not loadable as plain weights (no 'state_dict' mapping in it)")
+    return checkpoint
+
+
+def _checkpoint_problem(error: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in words that never suggest loading it unsafely
+    (PyTorch's own message proposes ``weights_only=False``, which would run the file's code)."""
+    text = str(error)
+    if isinstance(error, pickle.UnpicklingError) or "Weights only load failed" in text:
+        return "it holds Python objects other than tensors and plain containers, or is not a checkpoint at all"
+    if isinstance(error, (EOFError, RuntimeError)) and ("zip" in text.lower() or "central directory" in text
+                                                         or isinstance(error, EOFError)):
+        return "truncated or damaged file"
+    return type(error).__name__
 
 
 def _load_weights(module: RpmModule, path: Path) -> None:
@@ -606,9 +624,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: not valid JSON ({error}); delete it or use overwrite=true") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}; delete it or use "
+                          "overwrite=true")
+    stages = value.get("stages", {})
+    if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+        raise ConfigError(f"{path}: field 'stages' must map stage names to objects; delete it or use overwrite=true")
+    return value
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

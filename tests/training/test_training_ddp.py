@@ -9,15 +9,20 @@ from pathlib import Path
 
 
 
-def test_rpm_train_runs_under_ddp_with_two_cpu_processes(tiny_iraven: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "ddp"
+def _rpm_train_ddp(run_dir: Path, data_root: Path, setup: str, *overrides: str) -> subprocess.CompletedProcess:
+    """``rpm-train`` with 2 gloo processes on tiny sizes (2 steps per stage)."""
     command = [
-        sys.executable, "-m", "rpm_lib.training.cli", f"run_dir={run_dir}", f"data_root={tiny_iraven}",
-        "setup=mlcl_aug", "encoder=scl", "batch_size=2", "max_steps=2", "max_epochs=1", "progress_bar=false",
-        "accelerator=cpu", "devices=2", "strategy=ddp", "max_val_samples=4", "max_test_samples=4",
+        sys.executable, "-m", "rpm_lib.training.cli", f"run_dir={run_dir}", f"data_root={data_root}",
+        f"setup={setup}", "encoder=scl", "batch_size=2", "max_steps=2", "max_epochs=1", "progress_bar=false",
+        "accelerator=cpu", "devices=2", "strategy=ddp", "max_val_samples=4", "max_test_samples=4", *overrides,
     ]
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_rpm_train_runs_under_ddp_with_two_cpu_processes(tiny_iraven: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "ddp"
+    done = _rpm_train_ddp(run_dir, tiny_iraven, "mlcl_aug")
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["config"]["devices"] == 2 and metrics["config"]["strategy"] == "ddp"
@@ -32,16 +37,10 @@ def test_a_time_budget_under_ddp_stops_every_rank_at_once_and_the_run_resumes(ti
     """Rank 0 decides for all: a budget already spent when the stage starts ends both processes (no rank left
     waiting in a collective), the run is unfinished, and resuming without a budget finishes it."""
     run_dir = tmp_path / "ddp"
-    command = [
-        sys.executable, "-m", "rpm_lib.training.cli", f"run_dir={run_dir}", f"data_root={tiny_iraven}",
-        "setup=ce", "encoder=scl", "batch_size=2", "max_steps=2", "max_epochs=1", "progress_bar=false",
-        "accelerator=cpu", "devices=2", "strategy=ddp", "max_val_samples=4", "max_test_samples=4",
-    ]
-    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([*command, "time_budget=0.001"], capture_output=True, text=True, timeout=240, env=env)
+    done = _rpm_train_ddp(run_dir, tiny_iraven, "ce", "time_budget=0.001")
     assert done.returncode == 75, done.stderr[-3000:]
     progress = json.loads((run_dir / "progress.json").read_text())
     assert progress["status"] == "unfinished" and progress["stages"]["supervised"]["completed"] is False
-    done = subprocess.run([*command, "resume=true"], capture_output=True, text=True, timeout=240, env=env)
+    done = _rpm_train_ddp(run_dir, tiny_iraven, "ce", "resume=true")
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((run_dir / "metrics.json").read_text())["stages"][0]["global_step"] == 2
