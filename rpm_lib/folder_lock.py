@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,37 +19,76 @@ class FolderBusyError(RuntimeError):
     """Another process holds the folder's write lock; the message names it (pid, host, since when)."""
 
 
+class UnsafeLockFileError(ValueError):
+    """Something other than a plain, singly-linked regular file sits at a lock file's path (a symbolic link, a
+    hard link, a folder, a FIFO...); the message names the path."""
+
+
+def _lock_path_kind(status: os.stat_result) -> str | None:
+    """Why a file with ``status`` must not be used (truncated and written) as a lock file, or None."""
+    if stat.S_ISREG(status.st_mode):
+        # A hard link shares its bytes with another name: truncating the lock would wipe that file too.
+        return None if status.st_nlink <= 1 else f"a hard link ({status.st_nlink} names share its content)"
+    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket",
+             stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISLNK: "a symbolic link"}
+    return next((name for test, name in kinds.items() if test(status.st_mode)), "not a regular file")
+
+
+def _open_lock_file(lock_file: Path, folder: Path) -> int:
+    """Open (creating it if missing) ``lock_file`` for reading and writing; never through a symbolic link, and
+    only a regular file with one name, since the holder's line is written over the file's content."""
+    refusal = f"{lock_file}: the lock file of {folder} is {{}}; refusing to write to it (remove it and rerun)"
+    try:
+        # O_NOFOLLOW: a link planted at the path fails here (ELOOP) instead of having its target truncated;
+        # O_NONBLOCK: a FIFO planted there cannot hang the open.
+        handle = os.open(lock_file, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        try:
+            kind = _lock_path_kind(os.lstat(lock_file))
+        except OSError:
+            kind = None
+        if kind is not None:
+            raise UnsafeLockFileError(refusal.format(kind)) from None
+        raise
+    kind = _lock_path_kind(os.fstat(handle))
+    if kind is not None:
+        os.close(handle)
+        raise UnsafeLockFileError(refusal.format(kind))
+    return handle
+
+
 @contextmanager
-def exclusive_writer(lock_file: str | Path, what: str) -> Iterator[None]:
+def exclusive_writer(lock_file: str | Path, what: str, folder: str | Path | None = None) -> Iterator[None]:
     """Hold ``lock_file``'s exclusive lock for the ``with`` block.
 
     Args:
         lock_file: the lock file (created if missing; left in place, harmless once released).
         what: the writer, for the message (e.g. ``"rpm-generate"``).
+        folder: the folder the lock guards, named in the messages (default: the lock file's folder).
 
     Raises:
         FolderBusyError: another process holds the lock.
+        UnsafeLockFileError: a symbolic link, hard link or anything but a regular file is at ``lock_file``.
     """
     lock_file = Path(lock_file)
+    folder = lock_file.parent if folder is None else Path(folder)
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(lock_file, "a+")
+    handle = _open_lock_file(lock_file, folder)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise FolderBusyError(f"{lock_file.parent}: another {what} is writing here ({holder}); wait for it to "
-                              "finish or choose another folder") from None
+        holder = os.pread(handle, 4096, 0).decode(errors="replace").strip() or "another process"
+        os.close(handle)
+        raise FolderBusyError(f"{folder}: another {what} is writing here ({holder}; lock {lock_file}); wait for it "
+                              "to finish or choose another folder") from None
     try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        handle.flush()
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"pid {os.getpid()} on {socket.gethostname()} since "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
         yield
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        os.close(handle)
 
 
 def nearest_existing(path: str | Path) -> Path:
@@ -78,12 +118,16 @@ class NotEnoughSpaceError(OSError):
     """The disk holding an output folder has less free space than the write needs."""
 
 
-def check_free_space(folder: str | Path, needed_bytes: int, what: str) -> None:
-    """Refuse a write of about ``needed_bytes`` into ``folder`` (or its nearest existing parent) that cannot fit,
-    before any byte is written: a full disk mid-way breaks memory maps with SIGBUS instead of an error.
+def check_free_space(folder: str | Path, needed_bytes: int, what: str, detail: str = "") -> None:
+    """Refuse a write of about ``needed_bytes`` (bytes) into ``folder`` (or its nearest existing parent) that
+    cannot fit, before any byte is written: a full disk mid-way breaks memory maps with SIGBUS instead of an
+    error.
+
+    Args:
+        detail: appended to the message (e.g. what the need is made of), in parentheses.
 
     Raises:
-        NotEnoughSpaceError: one line with the folder, the need and the free space, in MB.
+        NotEnoughSpaceError: one line with the folder, the need and the free space, in MB (10**6 bytes).
     """
     import shutil
 
@@ -91,6 +135,26 @@ def check_free_space(folder: str | Path, needed_bytes: int, what: str) -> None:
     free = shutil.disk_usage(existing).free
     margin = 16 * 2**20  # journal, manifest, file-system overhead
     if needed_bytes + margin > free:
-        raise NotEnoughSpaceError(f"no space left on {existing} for {what}: need ~{(needed_bytes + margin) / 1e6:,.0f} "
-                                  f"MB, {free / 1e6:,.0f} MB free")
+        need_mb, free_mb = _megabytes(needed_bytes + margin), _megabytes(free)
+        raise NotEnoughSpaceError(f"no space left on {existing} for {what}: need ~{need_mb:,} MB, {free_mb:,} MB free"
+                                  + (f" ({detail})" if detail else ""))
+
+
+def _megabytes(num_bytes: int) -> int:
+    """``num_bytes`` in MB (10**6 bytes), rounded half up; integer division, since a need typed as 10**400
+    bytes would overflow a float."""
+    return (int(num_bytes) + 500_000) // 1_000_000
+
+
+def cap_workers(workers: int, program: str) -> int:
+    """``workers`` (processes), or the number of CPUs when it asks for more, saying so in one line on stderr:
+    each worker is a process with its own interpreter and buffers, so more than one per CPU only costs memory
+    and start-up time (a thousand of them can exhaust the machine)."""
+    import sys
+
+    cpus = os.cpu_count() or 1
+    if workers <= cpus:
+        return workers
+    print(f"{program}: note: --workers {workers} capped at {cpus}, the number of CPUs", file=sys.stderr)
+    return cpus
 

@@ -330,8 +330,9 @@ def prepare_cache(
         files = find_pgm_files(root, regimes)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # One writer per cache: a second `rpm-data prepare` into the same --out is refused, naming the first.
-    with exclusive_writer(out.with_name(out.name + ".lock"), "rpm-data prepare"):
+    # One writer per cache: a second `rpm-data prepare` into the same --out is refused, naming the first. The lock
+    # sits beside <out> (which is built as <out>.partial and renamed), so the messages name <out>, not its parent.
+    with exclusive_writer(out.with_name(out.name + ".lock"), "rpm-data prepare", folder=out):
         return _prepare_locked(root, out, files, spec, size, workers, kind, on_error, resize, chunk_size, progress,
                                show_progress)
 

@@ -15,6 +15,7 @@ from rpm_lib.data.cache import prepare_cache, read_manifest
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import SPLITS
 from rpm_lib.data.resize import RESIZE_METHODS
+from rpm_lib.folder_lock import cap_workers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,7 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("root", type=Path, help="raw dataset folder")
     prepare.add_argument("--out", type=Path, required=True, help="cache folder to create")
     prepare.add_argument("--size", type=int, default=80, help="panel side in px (default 80)")
-    prepare.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    prepare.add_argument("--workers", type=int, default=1,
+                         help="worker processes (default 1; capped at the number of CPUs)")
     prepare.add_argument("--kind", choices=("raven", "pgm"), default="raven", help="dataset kind (default raven)")
     prepare.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                          help="stop at the first bad file (default) or skip and report bad files in <out>/skipped.txt")
@@ -64,8 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "prepare":
+            workers = cap_workers(args.workers, "rpm-data prepare")
             out = prepare_cache(
-                args.root, args.out, size=args.size, workers=args.workers, kind=args.kind, on_error=args.on_error,
+                args.root, args.out, size=args.size, workers=workers, kind=args.kind, on_error=args.on_error,
                 resize=args.resize, configurations=args.configurations, regimes=args.regimes,
                 chunk_size=args.chunk_size, show_progress=not args.no_progress,
             )

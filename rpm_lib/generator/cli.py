@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Sequence
 
-from rpm_lib.folder_lock import NotEnoughSpaceError, output_folder_problem
+from rpm_lib.folder_lock import NotEnoughSpaceError, UnsafeLockFileError, cap_workers, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
 from rpm_lib.generator.candidates import check_mode
 from rpm_lib.generator.writer import REGIME_FILE, write_dataset
@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1234, help="base seed (default: 1234)")
     parser.add_argument("--mode", choices=("balanced", "original"), default="balanced",
                         help="candidate generation: 'balanced' = I-RAVEN (default), 'original' = RAVEN (biased)")
-    parser.add_argument("--workers", type=int, default=1, metavar="N", help="worker processes (default: 1)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="worker processes (default: 1; capped at the number of CPUs)")
     parser.add_argument("--start", type=int, default=0, metavar="K",
                         help="first problem index k (default: 0); generates k = start .. start+N-1")
     parser.add_argument("--no-xml", action="store_true", help="write only the .npz files (no .xml annotations; a few %% faster, 8 %% less disk)")
@@ -125,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_mode(args.mode, regime.mesh)
     except ValueError as error:
         parser.error(str(error))
+    workers = cap_workers(args.workers, "rpm-generate")
     began = time.perf_counter()
     try:
         summary = write_dataset(
@@ -133,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             count=args.num_per_config,
             seed=args.seed,
             mode=args.mode,
-            workers=args.workers,
+            workers=workers,
             write_xml=not args.no_xml,
             start=args.start,
             progress=not args.quiet,
@@ -141,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             val=args.val,
             test=args.test,
         )
+    except UnsafeLockFileError as error:  # no problem written yet, and only the user can remove it: like bad options
+        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        return 2
     except RuntimeError as error:
         print(f"rpm-generate: error: {error}", file=sys.stderr)
         return 1
