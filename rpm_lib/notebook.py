@@ -7,7 +7,7 @@ the library; :func:`show` saves a PNG when ``output_dir`` is set, displays the f
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,24 +188,91 @@ def accuracy_report(metrics: dict[str, Any], config: Any, output_dir: str | Path
 # ----------------------------------------------------------------------------------------------
 
 
-def check_parameters(namespace: dict[str, Any]) -> None:
-    """Give every parameter of a notebook the type its line in the ``parameters`` cell declares.
+#: Names papermill itself may inject besides the notebook's parameters (``--inject-paths`` and friends).
+PAPERMILL_NAMES = frozenset({"PAPERMILL_INPUT_PATH", "PAPERMILL_OUTPUT_PATH"})
+
+
+def check_parameters(namespace: dict[str, Any], non_finite: Collection[str] = ()) -> None:
+    """Give every parameter of a notebook the type its line in the ``parameters`` cell declares, and refuse
+    parameters the notebook does not declare.
 
     papermill's ``-p name value`` passes a list or ``None`` as text: ``-p recipes '[official]'`` arrives as the
     string ``"[official]"``, which a loop would read letter by letter. Text given to a parameter that is not
     declared ``str`` is read as YAML (a comma-separated list for ``list[...]``); anything that still does not fit
-    stops the notebook with one line naming the parameter and its type. Call it with ``globals()`` right after
-    the parameters (``__annotations__`` holds the declared types).
+    stops the notebook with one line naming the parameter and its type: text that is not YAML (``[a, b``), a
+    YAML tag (``!foo bar``), or a non-finite float (``nan``, ``inf``) unless the parameter is named in
+    ``non_finite``. Call it with ``globals()`` right after the parameters (``__annotations__`` holds the declared
+    types), in the cell that follows the ``parameters`` cell.
+
+    Misspelled names: papermill warns about an unknown ``-p`` name only in its log and assigns it anyway, in the
+    cell it injects (tagged ``injected-parameters``, source ``# Parameters`` then one ``name = value`` line per
+    parameter) between the ``parameters`` cell and this call. IPython keeps every executed cell's source in
+    ``In`` (``_ih``), so the cell before the current one is that injected cell exactly when papermill injected
+    one; every name it assigns must be declared (or be one of ``PAPERMILL_NAMES``).
+
+    Args:
+        non_finite: parameters (declared ``float`` or holding floats) that accept ``nan`` / ``inf``, e.g.
+            ``check_parameters(globals(), non_finite={"time_limit"})`` where ``inf`` means "no limit".
 
     Raises:
-        ValueError: ``parameter 'ablations': expected list[str], got 3 (int)``.
+        ValueError: ``parameter 'ablations': expected list[str], got 3 (int)``;
+            ``parameter 'threshold': must be a finite number, got nan``;
+            ``parameter 'treshold' (did you mean 'threshold'?): not a parameter of this notebook, whose
+            parameters are: ...`` (one line).
     """
     from rpm_lib import typed_values
 
-    for name, annotation in namespace.get("__annotations__", {}).items():
+    annotations = namespace.get("__annotations__", {})
+    undeclared = sorted(set(non_finite) - set(annotations))
+    if undeclared:
+        raise ValueError(f"check_parameters(non_finite=...): {', '.join(map(repr, undeclared))} "
+                         f"{'is' if len(undeclared) == 1 else 'are'} not declared in the parameters cell")
+    unknown = [name for name in _injected_names(namespace) if name not in annotations and name not in PAPERMILL_NAMES]
+    if unknown:
+        known = sorted(annotations)
+        shown = ", ".join(f"{name!r}{_did_you_mean(name, known)}" for name in unknown)
+        what = "a parameter" if len(unknown) == 1 else "parameters"
+        raise ValueError(f"parameter{'s' if len(unknown) > 1 else ''} {shown}: not {what} of this notebook, "
+                         f"whose parameters are: {', '.join(known)}")
+    for name, annotation in annotations.items():
         if name not in namespace:
             continue
         value = namespace[name]
         if isinstance(value, str) and annotation is not str:
             value = typed_values.from_text(value)
-        namespace[name] = typed_values.coerce(name, value, annotation, what="parameter")
+        namespace[name] = typed_values.coerce(name, value, annotation, what="parameter",
+                                              allow_non_finite=name in non_finite)
+
+
+def _injected_names(namespace: dict[str, Any]) -> list[str]:
+    """Names papermill's injected-parameters cell assigned, when the cell run before the current one is it.
+
+    The kernel does not see cell tags, so the cell is recognised by what papermill writes (its translator's
+    ``# Parameters`` comment, then only ``name = value`` assignments); a ``parameters`` cell of a template has
+    annotated assignments (``name: type = value``), so it never matches. Empty outside IPython (no ``In``).
+    """
+    import ast
+
+    history = namespace.get("_ih") or namespace.get("In")
+    if not isinstance(history, list) or len(history) < 2 or not isinstance(history[-2], str):
+        return []
+    source = history[-2]
+    if not source.lstrip().startswith("# Parameters"):
+        return []
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in body:
+        if not (isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets)):
+            return []
+        names.extend(t.id for t in node.targets if t.id not in names)
+    return names
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

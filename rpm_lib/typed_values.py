@@ -4,9 +4,15 @@ One definition for everything that takes typed values from a user: ``TrainConfig
 ``key=value`` overrides) and notebook parameters (papermill's ``-p name value`` passes lists and ``None`` as
 text). Supported annotations: ``bool``, ``int``, ``float``, ``str``, ``None``, ``list[T]``, ``list``, ``dict``,
 ``Any`` and unions of these (``Optional[...]``, ``X | None``).
+
+Refused, each with one line naming the field: text that is not valid YAML (``[a, b``) or carries a YAML tag
+(``!foo bar``, ``!!python/name:os.system``), unless the field takes a ``str`` (then the text itself is the value);
+and a non-finite number (``nan``, ``inf``, ``1e999``) for a ``float``, unless the caller passes
+``allow_non_finite=True`` to :func:`coerce`.
 """
 from __future__ import annotations
 
+import math
 import types
 import typing
 from typing import Any, Union
@@ -15,13 +21,18 @@ import yaml
 
 
 class RawValue:
-    """A value read from text: the YAML-parsed value plus the raw text (for str fields like ``run_dir=007``)."""
+    """A value read from text: the YAML-parsed value plus the raw text (for str fields like ``run_dir=007``).
 
-    __slots__ = ("raw", "parsed")
+    ``error`` is why the text is not YAML (``None`` when it parsed); ``parsed`` is then the text itself, which
+    only a ``str`` field accepts.
+    """
 
-    def __init__(self, raw: str, parsed: Any) -> None:
+    __slots__ = ("raw", "parsed", "error")
+
+    def __init__(self, raw: str, parsed: Any, error: str | None = None) -> None:
         self.raw = raw
         self.parsed = parsed
+        self.error = error
 
     def __repr__(self) -> str:
         return repr(self.raw)
@@ -31,9 +42,18 @@ def from_text(raw: str) -> RawValue:
     """``raw`` parsed as YAML (``"[Center, L-R]"`` -> a list, ``"null"`` -> None), the text kept beside it."""
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    except yaml.YAMLError as error:
+        return RawValue(raw, raw, _yaml_problem(error))
     return RawValue(raw, value)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line saying why text is not YAML (PyYAML's own message spans several lines, with a caret)."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    if "could not determine a constructor for the tag" in problem:
+        return "YAML tags are not accepted"
+    context = getattr(error, "context", None)
+    return f"not valid YAML: {context + ', ' if context else ''}{problem}"
 
 
 def type_name(tp: Any) -> str:
@@ -45,17 +65,31 @@ def type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def coerce(name: str, value: Any, tp: Any, what: str = "config field", error: type[Exception] = ValueError) -> Any:
+def coerce(name: str, value: Any, tp: Any, what: str = "config field", error: type[Exception] = ValueError,
+           allow_non_finite: bool = False) -> Any:
     """Check ``value`` against annotation ``tp``; convert int->float, numeric strings -> numbers, a
     ``RawValue`` to whichever of its text or parsed value fits.
 
+    Args:
+        allow_non_finite: accept ``nan`` / ``inf`` where ``tp`` asks for a ``float`` (refused by default: they
+            pass or fail every comparison, so a threshold or rate of ``nan`` runs on with a meaningless result).
+
     Raises:
-        error: the value does not fit the type (the message names ``what``, ``name`` and the type).
+        error: the value does not fit the type, the text is not YAML (and the field takes no ``str``), or a
+            float is not finite; the message names ``what`` and ``name``, e.g.
+            ``config field 'lr': must be a finite number, got nan`` or
+            ``parameter 'ablations': expected list[str], got '[a, b' (not valid YAML: ...)``.
     """
     raw: str | None = None
     if isinstance(value, RawValue):
+        if value.error is not None and not _takes_str(tp):
+            raise error(f"{what} {name!r}: expected {type_name(tp)}, got {value.raw!r} ({value.error})")
         raw, value = value.raw, value.parsed
-    result = _try_coerce(value, raw, tp)
+    try:
+        result = _try_coerce(value, raw, tp, allow_non_finite)
+    except _NonFinite:
+        shown = raw.strip() if raw is not None else repr(value)
+        raise error(f"{what} {name!r}: must be a finite number, got {shown}") from None
     if result is _FAIL:
         shown = raw if raw is not None else repr(value)
         raise error(f"{what} {name!r}: expected {type_name(tp)}, got {shown} ({type(value).__name__})")
@@ -65,7 +99,27 @@ def coerce(name: str, value: Any, tp: Any, what: str = "config field", error: ty
 _FAIL = object()
 
 
-def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
+class _NonFinite(Exception):
+    """A float field got nan or inf (and non-finite numbers were not allowed)."""
+
+
+def _takes_str(tp: Any) -> bool:
+    if tp is str:
+        return True
+    return typing.get_origin(tp) in (Union, types.UnionType) and any(_takes_str(t) for t in typing.get_args(tp))
+
+
+def _finite_float(value: Any, allow_non_finite: bool) -> float:
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range (1e309 written out)
+        number = math.inf
+    if not allow_non_finite and not math.isfinite(number):
+        raise _NonFinite
+    return number
+
+
+def _try_coerce(value: Any, raw: str | None, tp: Any, allow_non_finite: bool = False) -> Any:
     if tp in (list, dict):  # a bare annotation (a notebook's `encoder_kwargs: dict = {}`): items of any type
         tp = list[Any] if tp is list else dict[str, Any]
     origin = typing.get_origin(tp)
@@ -74,9 +128,9 @@ def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
         # Exact-type matches first, so "1" for Union[int, str] becomes 1 and 1.0 for Union[int, float] stays 1.0.
         for option in options:
             if _exact_match(value, option):
-                return _try_coerce(value, raw, option)
+                return _try_coerce(value, raw, option, allow_non_finite)
         for option in options:
-            result = _try_coerce(value, raw, option)
+            result = _try_coerce(value, raw, option, allow_non_finite)
             if result is not _FAIL:
                 return result
         return _FAIL
@@ -91,10 +145,10 @@ def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
         return value if isinstance(value, int) and not isinstance(value, bool) else _FAIL
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            return _finite_float(value, allow_non_finite)
         if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
             try:
-                return float(value)
+                return _finite_float(value, allow_non_finite)
             except ValueError:
                 return _FAIL
         return _FAIL
@@ -110,7 +164,7 @@ def _try_coerce(value: Any, raw: str | None, tp: Any) -> Any:
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             return _FAIL
-        items = [_try_coerce(v, None, item_tp) for v in value]
+        items = [_try_coerce(v, None, item_tp, allow_non_finite) for v in value]
         return _FAIL if any(i is _FAIL for i in items) else items
     if origin is dict:
         if not isinstance(value, dict):

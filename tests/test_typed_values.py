@@ -1,6 +1,7 @@
 """Typed values: one coercion for TrainConfig fields and notebook parameters (rpm_lib.typed_values)."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Union
 
 import pytest
@@ -30,3 +31,63 @@ def test_raw_text_keeps_leading_zeros_for_str_and_reads_yaml_otherwise() -> None
     assert typed_values.coerce("run_dir", typed_values.from_text("007"), str) == "007"
     assert typed_values.coerce("seed", typed_values.from_text("007"), int) == 7
     assert typed_values.type_name(Optional[int]) == "Optional[int]" and typed_values.type_name(type(None)) == "null"
+
+
+# --- issue 22: text that is not YAML, YAML tags and non-finite numbers are refused, naming the field ----------
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("[a, b", "not valid YAML: while parsing a flow sequence, expected ',' or ']', but got '<stream end>'"),
+    ("{a: 1", "not valid YAML: while parsing a flow mapping, expected ',' or '}', but got '<stream end>'"),
+    ("!!python/name:os.system", "YAML tags are not accepted"),
+    ("!foo bar", "YAML tags are not accepted"),
+])
+def test_unreadable_text_is_refused_for_a_list_not_split_at_commas(text: str, reason: str) -> None:
+    expected = f"config field 'configurations': expected list[str], got {text!r} ({reason})"
+    with pytest.raises(ValueError) as caught:
+        typed_values.coerce("configurations", typed_values.from_text(text), list[str])
+    assert str(caught.value) == expected
+
+
+def test_unreadable_text_is_still_a_str_for_a_field_that_takes_text() -> None:
+    assert typed_values.coerce("run_dir", typed_values.from_text("[a, b"), str) == "[a, b"
+    assert typed_values.coerce("run_dir", typed_values.from_text("!foo bar"), Optional[str]) == "!foo bar"
+
+
+@pytest.mark.parametrize(("text", "shown"), [("nan", "nan"), (".nan", ".nan"), ("inf", "inf"), ("-.inf", "-.inf"),
+                                             ("1e999", "1e999"), ("1" + "0" * 400, "1" + "0" * 400)])
+def test_non_finite_floats_are_refused_unless_allowed(text: str, shown: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        typed_values.coerce("lr", typed_values.from_text(text), float)
+    assert str(caught.value) == f"config field 'lr': must be a finite number, got {shown}"
+    assert not math.isfinite(typed_values.coerce("lr", typed_values.from_text(text), float, allow_non_finite=True))
+
+
+def test_non_finite_numbers_are_refused_inside_lists_and_unions_and_from_yaml_values() -> None:
+    with pytest.raises(ValueError, match=r"^config field 'limit_train_batches': must be a finite number, got nan$"):
+        typed_values.coerce("limit_train_batches", float("nan"), Union[int, float])
+    with pytest.raises(ValueError, match=r"^parameter 'weights': must be a finite number, got \[1, \.inf\]$"):
+        typed_values.coerce("weights", typed_values.from_text("[1, .inf]"), list[float], what="parameter")
+    assert typed_values.coerce("weights", typed_values.from_text("[1, 2.5]"), list[float]) == [1.0, 2.5]
+    assert typed_values.coerce("name", typed_values.from_text("nan"), Union[float, str]) == "nan"  # text stays text
+
+
+def test_valid_text_is_still_accepted() -> None:
+    for text in ("Center,L-R", "Center, L-R", "[Center, L-R]"):
+        assert typed_values.coerce("c", typed_values.from_text(text), list[str]) == ["Center", "L-R"]
+    assert typed_values.coerce("c", typed_values.from_text("null"), Optional[list[str]]) is None
+    assert typed_values.coerce("lr", typed_values.from_text("1e-3"), float) == 0.001
+    assert typed_values.coerce("k", typed_values.from_text("{a: 1}"), dict) == {"a": 1}
+
+
+def test_train_config_overrides_refuse_unreadable_lists_in_one_line() -> None:
+    from rpm_lib.training.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig().with_overrides(["configurations=[Center, L-R"])
+    assert str(caught.value) == ("config field 'configurations': expected Optional[list[str]], got '[Center, L-R' "
+                                 "(not valid YAML: while parsing a flow sequence, expected ',' or ']', but got "
+                                 "'<stream end>')")
+    with pytest.raises(ConfigError, match=r"^config field 'encoder_kwargs': expected dict\[str, Any\], got "
+                                          r"'!!python/name:os\.system' \(YAML tags are not accepted\)$"):
+        TrainConfig().with_overrides(["encoder_kwargs=!!python/name:os.system"])
