@@ -59,6 +59,8 @@ IMPORT_TO_DIST = {
 }
 #: rpm_lib modules whose third-party imports may come from the ``notebooks`` extra (imported inside functions).
 NOTEBOOK_HELPERS = frozenset({"notebook_execution.py", "notebook.py", "batch.py"})
+#: Modules that may import the ``cluster`` extra (submitit), inside functions: ``rpm-batch --executor slurm``.
+CLUSTER_HELPERS = frozenset({"slurm.py"})
 #: Pinned in requirements*.txt without being a declared dependency: rpm_lib never imports them directly.
 TRANSITIVE_PINS = {
     "torchmetrics": "lightning's own dependency; pinned so the tested set is reproducible",
@@ -172,11 +174,13 @@ def test_import_scanner_sees_eager_lazy_and_dynamic_imports(tmp_path):
 def test_every_rpm_lib_import_is_a_declared_dependency():
     runtime = set(by_name(runtime_requirements()))
     notebooks = set(by_name(extra_requirements("notebooks")))
+    cluster = set(by_name(extra_requirements("cluster")))
     missing = []
     for module, files in sorted(third_party_imports(PACKAGE).items()):
         dist = distribution_of(module)
         notebook_only = all(Path(f).name in NOTEBOOK_HELPERS for f in files)
-        allowed = runtime | notebooks if notebook_only else runtime
+        cluster_only = all(Path(f).name in CLUSTER_HELPERS for f in files)
+        allowed = runtime | notebooks if notebook_only else runtime | cluster if cluster_only else runtime
         if dist not in allowed:
             where = "runtime dependencies or the notebooks extra" if notebook_only else "runtime dependencies"
             missing.append(f"{module} ({dist}, imported by {', '.join(sorted(files))}) is not in the {where}")

@@ -122,7 +122,7 @@ class _EpochLog(L.Callback):
 def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     dropped = {"runtime_s", "stages", "git_commit", "config"}
     out = {k: v for k, v in metrics.items() if k not in dropped}
-    out["stages"] = [{k: v for k, v in s.items() if k != "wall_time_s"} for s in metrics["stages"]]
+    out["stages"] = [{k: v for k, v in s.items() if k not in ("wall_time_s", "val_seconds")} for s in metrics["stages"]]
     return out
 
 
