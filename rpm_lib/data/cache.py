@@ -105,6 +105,8 @@ def read_manifest(path: str | Path) -> dict:
         raise DataFormatError(f"{path}: not a complete rpm_lib cache (no {MANIFEST})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise DataFormatError(f"{path / MANIFEST}: unreadable manifest ({error})") from None
+    if not isinstance(manifest, dict):
+        raise DataFormatError(f"{path / MANIFEST}: expected a JSON object, got {type(manifest).__name__}")
     if manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
         raise DataFormatError(
             f"{path / MANIFEST}: not an rpm_lib cache of version {CACHE_VERSION} "

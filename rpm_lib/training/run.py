@@ -128,7 +128,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         plans = stage_plan(config)
         torch.manual_seed(derive_seed(config.seed, "init"))
         module = RpmModule(config, config.rule_spec.width)
-        progress = _read_json(run_dir / "progress.json") if config.resume else {}
+        progress = _read_progress(run_dir / "progress.json") if config.resume else {}
         finished = _finished_metrics(run_dir, progress, config) if rank == 0 else None
         if finished is not None:
             return finished
@@ -523,6 +523,11 @@ def _evaluate(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule,
         evaluated = trained if eval_set.main else read_regime(eval_set.data_root, field="test_data_roots")
         entries.append(set_entry(eval_set, summary, trained, evaluated))
     metrics["test_sets"] = entries
+    # Predictions of test sets this evaluation no longer lists (an earlier test_data_roots) would read as current.
+    current = {eval_set.predictions_file for eval_set in [*main_sets(config), *extra_sets(config)]}
+    for stale in run_dir.glob(EXTRA_PREDICTIONS_GLOB):
+        if stale.name not in current:
+            stale.unlink()
     return metrics
 
 
@@ -630,10 +635,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}; delete it or use "
                           "overwrite=true")
-    stages = value.get("stages", {})
+    return value
+
+
+def _read_progress(path: Path) -> dict[str, Any]:
+    """``progress.json`` (``{}`` when absent), its ``stages`` checked to map stage names to objects."""
+    progress = _read_json(path)
+    stages = progress.get("stages", {})
     if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
         raise ConfigError(f"{path}: field 'stages' must map stage names to objects; delete it or use overwrite=true")
-    return value
+    return progress
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rpm_lib.data import DataFormatError, RavenDataset, prepare_cache
+from rpm_lib.data import DataFormatError, RavenDataset, prepare_cache, read_manifest
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +163,10 @@ def test_a_worker_killed_mid_build_stops_the_build_with_an_error_not_a_hang(raw_
     monkeypatch.undo()
     cache = prepare_cache(raw_and_cache[0], tmp_path / "killed", size=32, workers=2, chunk_size=8, show_progress=False)
     assert len(RavenDataset(cache, "train", image_size=32)) == 7 * 6
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"a string"', "3"])
+def test_a_manifest_that_is_not_an_object_is_one_line(damaged: Path, content: str) -> None:
+    (damaged / "manifest.json").write_text(content)
+    with pytest.raises(DataFormatError, match=r"manifest.json: expected a JSON object, got (list|str|int)"):
+        read_manifest(damaged)

@@ -244,3 +244,16 @@ def test_train_on_a_regime_reports_every_set_in_or_out(tiny_config: Callable[...
     # overwrite removes the extra predictions with the rest of the run.
     train(config.with_overrides({"overwrite": True, "test_data_roots": None}))
     assert not (run_dir / "predictions_A-Size.npz").exists()
+
+
+def test_resuming_with_other_test_sets_drops_the_old_sets_predictions(tiny_config: Callable[..., TrainConfig],
+                                                                      a_size: Path) -> None:
+    """A finished run resumed with another test_data_roots is evaluated again; the predictions of a set no longer
+    listed go (they would read as this evaluation's)."""
+    config = tiny_config(setup="ce", test_data_roots=[str(a_size)], max_test_samples=4, configurations=["Center", "L-R"])
+    train(config)
+    run_dir = Path(config.run_dir)
+    assert (run_dir / "predictions_A-Size.npz").is_file()
+    metrics = train(config.with_overrides({"resume": True, "test_data_roots": None}))
+    assert [s["name"] for s in metrics["test_sets"]] == ["val", "test"]
+    assert not (run_dir / "predictions_A-Size.npz").exists() and (run_dir / "predictions.npz").is_file()
