@@ -193,9 +193,13 @@ class GridCell:
             if restarts >= self.settings.max_requeues:
                 _log(run_dir, f"job {job}: not requeued: {restarts} restarts reached max_requeues")
                 return UNFINISHED
-            _log(run_dir, f"job {job}: requeued to resume the run")
+            _log(run_dir, f"job {job}: requeued to resume the run")  # before: SLURM may end this instance at once
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SLURM ends this instance now: let it
-            _run(["scontrol", "requeue", job])
+            try:
+                _run(["scontrol", "requeue", job])
+            except SlurmError as error:
+                _log(run_dir, f"job {job}: requeue failed: {error}")
+                raise
             time.sleep(300)  # returning first would let submitit mark the task completed
         return FINISHED if (run_dir / "metrics.json").is_file() else result.status
 
@@ -321,6 +325,8 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path) -> lis
         elif (run_dir / "error.txt").is_file() or slurm_state in ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                                                                   "CANCELLED", "BOOT_FAIL", "DEADLINE"):
             state = "failed" if slurm_state != "CANCELLED" else "cancelled"
+        elif log.rstrip().endswith("requeued to resume the run"):
+            state = "requeued"  # asked for; SLURM may list the task under no state for a moment meanwhile
         elif job is None:
             state = "not submitted"
         else:

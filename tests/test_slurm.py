@@ -44,7 +44,7 @@ def _slurm_conf(folder: Path) -> str:
 SlurmctldHost={host}(127.0.0.1)
 AuthType=auth/none
 CredType=cred/none
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort={_free_port()}
@@ -115,7 +115,12 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 
 def _batch_yaml(work: Path, out: str) -> Path:
-    """Two cells: `short` ends within the 1-minute task limit; `long` needs more and is requeued."""
+    """Two cells: `short` ends within the 1-minute task limit; `long` needs more and is requeued.
+
+    signal_delay_s=40 gives each task's run about 14 s from the task's start (60 - 40 s, less the batch margin),
+    so `long` (about 30 s of training here) needs several tasks on any machine up to a few times faster; SLURM's own
+    USR2 may come earlier still (it signals up to a minute early). max_requeues leaves room for a loaded machine.
+    """
     path = work / f"{out}.yaml"
     path.write_text(f"""name: slurm-test
 template: {REPO / 'notebooks' / '03_train.ipynb'}
@@ -125,9 +130,9 @@ prepare:
     run: [rpm-generate, --out, {work / 'data'}, --num-per-config, "10", --seed, "5", --no-xml, --quiet]
 slurm:
   time_min: 1
-  signal_delay_s: 15
+  signal_delay_s: 40
   cpus_per_task: 1
-  max_requeues: 4
+  max_requeues: 20
 fixed:
   data_root: {work / 'data'}
   setup: ce
@@ -143,7 +148,7 @@ fixed:
 axes:
   cell:
     short: {{max_epochs: 2}}
-    long: {{max_epochs: 45}}
+    long: {{max_epochs: 60}}
 """)
     return path
 
