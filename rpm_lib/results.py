@@ -15,7 +15,6 @@ The per-configuration columns are means over seeds.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -178,13 +177,9 @@ class RunRecord:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    from rpm_lib.json_files import read_object
+
+    return read_object(path)
 
 
 def load_run(run_dir: str | Path) -> RunRecord:

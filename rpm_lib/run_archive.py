@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rpm_lib.json_files import read_object
 from rpm_lib.run_progress import FINISHED, UNFINISHED
 
 #: The archive's own record: format, version, runs, files with their sizes and SHA-256.
@@ -86,13 +87,7 @@ def run_status(run_dir: Path) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ArchiveError(f"{path}: not valid JSON ({error})") from None
-    return value if isinstance(value, dict) else {}
+    return read_object(path, ArchiveError, missing_ok=True)
 
 
 def _weights_only(path: Path) -> bytes:

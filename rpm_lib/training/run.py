@@ -48,6 +48,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.json_files import read_object
 from rpm_lib.run_progress import FINISHED, UNFINISHED
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
@@ -626,16 +627,7 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: not valid JSON ({error}); delete it or use overwrite=true") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {type(value).__name__}; delete it or use "
-                          "overwrite=true")
-    return value
+    return read_object(path, ConfigError, "delete it or use overwrite=true", missing_ok=True)
 
 
 def _read_progress(path: Path) -> dict[str, Any]:

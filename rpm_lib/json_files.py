@@ -1,0 +1,32 @@
+"""Reading the JSON records of run and batch folders (``progress.json``, ``metrics.json``, ...): one object, or one
+line naming the file. These files come from shared folders, so their content is checked, never trusted."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "",
+                missing_ok: bool = False) -> dict[str, Any]:
+    """The JSON object in ``path``.
+
+    Args:
+        path: the file.
+        error: the exception type raised for a file that is not a JSON object (the caller's own error type).
+        advice: appended to the message after ``; `` (what the user can do).
+        missing_ok: return ``{}`` for a missing file instead of raising ``FileNotFoundError``.
+
+    Raises:
+        error: ``<path>: not valid JSON (...)`` or ``<path>: expected a JSON object, got list``.
+    """
+    if missing_ok and not path.is_file():
+        return {}
+    suffix = f"; {advice}" if advice else ""
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as problem:
+        raise error(f"{path}: not valid JSON ({problem}){suffix}") from None
+    if not isinstance(value, dict):
+        raise error(f"{path}: expected a JSON object, got {type(value).__name__}{suffix}")
+    return value
