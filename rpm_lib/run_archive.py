@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
 from rpm_lib.run_progress import FINISHED, UNFINISHED
 
@@ -94,12 +95,8 @@ def _weights_only(path: Path) -> bytes:
     """The model weights of a Lightning checkpoint, re-saved as ``{"state_dict": ...}`` (plain tensors)."""
     import torch
 
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is one error line
-        raise ArchiveError(f"{path}: not loadable as plain weights ({str(error).splitlines()[0][:200]})") from None
     buffer = io.BytesIO()
-    torch.save({"state_dict": checkpoint["state_dict"]}, buffer)
+    torch.save({"state_dict": load_plain(path, ArchiveError)["state_dict"]}, buffer)
     return buffer.getvalue()
 
 
@@ -111,10 +108,7 @@ def _compact_checkpoint(path: Path) -> bytes:
     """A Lightning checkpoint with its Adam moments in bfloat16 (everything else unchanged)."""
     import torch
 
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unreadable checkpoint is one error line
-        raise ArchiveError(f"{path}: not loadable as plain weights ({str(error).splitlines()[0][:200]})") from None
+    checkpoint = load_plain(path, ArchiveError)
     for optimizer in checkpoint.get("optimizer_states", []):
         for state in optimizer.get("state", {}).values():
             for key in COMPACT_STATE_KEYS & set(state):

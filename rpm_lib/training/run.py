@@ -22,7 +22,7 @@ Time-boxed runs: with ``time_budget=SECONDS`` a run stops at a step boundary bef
 ``{"status": "unfinished", ...}`` (``rpm-train`` exits with ``rpm_lib.run_progress.UNFINISHED_EXIT_CODE``, 75); ``resume=true``
 continues it, on this machine or another (``rpm-batch pack`` / ``unpack``). ``progress.json`` records the
 fingerprint of the training data (``rpm_lib.data.fingerprint``) when the run starts; a resumed run refuses data
-with another fingerprint. Checkpoint paths are stored relative to the run folder, so a folder can move.
+with another fingerprint. Paths in progress.json are relative and Lightning's are re-rooted, so a folder can move.
 """
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ import dataclasses
 import json
 import math
 import os
-import pickle
 import platform
 import shutil
 import signal
@@ -48,6 +47,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
 from rpm_lib.run_progress import FINISHED, UNFINISHED
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
@@ -75,7 +75,6 @@ RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
     "data_root", "run_dir",
 })
-
 
 
 def as_config(config: TrainConfig | Mapping[str, Any] | str | Path) -> TrainConfig:
@@ -151,7 +150,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
                 stages[plan.name] = {"name": plan.name, "completed": False, "global_step": stop.global_step}
                 return record.unfinished(config, plan.name, stages, began)
             if trainer.is_global_zero:
-                    record.write(stages)
+                record.write(stages)
         if trainer is not None:
             rank = trainer.global_rank
         if rank != 0:
@@ -229,7 +228,7 @@ class ProgressRecord:
         self.run_dir = run_dir
         self.progress = progress
         self.writer = writer
-        self.stage_seconds: list[float] = []
+        self._fingerprint: str | None = None  # computed once per process: every stage's data module asks
 
     @property
     def path(self) -> Path:
@@ -243,15 +242,14 @@ class ProgressRecord:
         """
         from rpm_lib.data.fingerprint import data_fingerprint
 
-        current = self.progress.get("_checked") or data_fingerprint(root)
+        current = self._fingerprint or data_fingerprint(root)
         recorded = self.progress.get("data_fingerprint")
         if recorded is not None and recorded != current:
             raise ConfigError(
                 f"resume: the data in {root} are not the data this run started on (fingerprint {current[-12:]}, "
                 f"recorded {recorded[-12:]} in {self.path}); regenerate them with the run's generator settings "
                 "(seed, count, regime, image size) or start a new run")
-        self.progress["data_fingerprint"] = current
-        self.progress["_checked"] = current  # once per process: every stage's data module asks
+        self.progress["data_fingerprint"] = self._fingerprint = current
         return current
 
     def has_time_for_evaluation(self, deadline: Deadline, config: TrainConfig) -> bool:
@@ -275,7 +273,7 @@ class ProgressRecord:
         if status is not None:
             self.progress["status"] = status
         if self.writer:
-            _write_json(self.path, {k: v for k, v in self.progress.items() if not k.startswith("_")})
+            _write_json(self.path, self.progress)
 
     def _slice(self, ended_in: str, stages: dict[str, Any], began: float) -> None:
         steps = {name: summary.get("global_step") for name, summary in stages.items()}
@@ -466,26 +464,7 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
 
     Checkpoints come from run folders that people share; unpickling arbitrary objects would run their code.
     """
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - whatever the file is, the user gets one line
-        raise ConfigError(f"checkpoint {path}: not loadable as plain weights ({_checkpoint_problem(error)}); "
-                          "delete it (and the run's progress.json) or use overwrite=true") from None
-    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise ConfigError(f"checkpoint {path}: not loadable as plain weights (no 'state_dict' mapping in it)")
-    return checkpoint
-
-
-def _checkpoint_problem(error: Exception) -> str:
-    """Why ``torch.load(weights_only=True)`` refused a file, in words that never suggest loading it unsafely
-    (PyTorch's own message proposes ``weights_only=False``, which would run the file's code)."""
-    text = str(error)
-    if isinstance(error, pickle.UnpicklingError) or "Weights only load failed" in text:
-        return "it holds Python objects other than tensors and plain containers, or is not a checkpoint at all"
-    if isinstance(error, (EOFError, RuntimeError)) and ("zip" in text.lower() or "central directory" in text
-                                                         or isinstance(error, EOFError)):
-        return "truncated or damaged file"
-    return type(error).__name__
+    return load_plain(path, ConfigError, "delete it (and the run's progress.json) or use overwrite=true")
 
 
 def _load_weights(module: RpmModule, path: Path) -> None:
