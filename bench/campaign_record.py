@@ -2,7 +2,8 @@
 
     python bench/campaign_record.py <files_at>      # the folder the device tool copied $OUT into
 
-* ``<files_at>/state.tar.gz`` becomes ``results/table1_scl_gpu/state.tar.gz`` (what the next slice resumes);
+* ``<files_at>/state.tar.gz`` (or its parts ``state.tar.gz.part00``, ``part01``, ... joined in order) becomes
+  ``results/table1_scl_gpu/state.tar.gz`` (what the next slice resumes);
 * the slice (date, card, seconds, exit status, state size, mean GPU utilisation, each run's standing) is appended
   to ``results/table1_scl_gpu/slices.jsonl``;
 * ``results/table1_scl_gpu/progress.md`` and ``table1.md`` are replaced by the slice's;
@@ -46,16 +47,24 @@ def gpu_utilisation(path: Path) -> float | None:
 def record(files_at: Path) -> dict:
     """Store the slice found in ``files_at`` (see the module docstring); returns its slices.jsonl entry."""
     state = files_at / "state.tar.gz"
-    if not state.is_file():
+    parts = sorted(files_at.glob("state.tar.gz.part[0-9][0-9]"))
+    if not state.is_file() and not parts:
         raise SystemExit(f"campaign_record: error: {state} is missing (did the slice run?)")
     info = json.loads((files_at / "slice.json").read_text())
     runs = json.loads((files_at / "progress.json").read_text())
     RESULTS.mkdir(parents=True, exist_ok=True)
     previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
-    entry = {"slice": len(previous) + 1, **info, "state_bytes": state.stat().st_size,
+    stored = RESULTS / "state.tar.gz"
+    if parts:  # a state over a device call's 16 MiB per file came back in parts
+        with stored.open("wb") as joined:
+            for part in parts:
+                with part.open("rb") as piece:
+                    shutil.copyfileobj(piece, joined)
+    else:
+        shutil.copyfile(state, stored)
+    entry = {"slice": len(previous) + 1, **info, "state_bytes": stored.stat().st_size,
              "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"), "runs": runs,
              "rpms_per_second": aggregate_rate(previous[-1]["runs"] if previous else [], runs, info["seconds"])}
-    shutil.copyfile(state, RESULTS / "state.tar.gz")
     for name in ("progress.md", "table1.md"):
         if (files_at / name).is_file():
             shutil.copyfile(files_at / name, RESULTS / name)

@@ -2,9 +2,11 @@
 # repository root: makes rpm_lib and the wheels carried in .device/wheels (`make device-wheels`) importable without
 # network, beside the machine's own torch, numpy and OpenCV, which are never touched. Sets PY (the interpreter),
 # PYTHONPATH, PATH (rpm-train, rpm-batch, ...) and JUPYTER_PATH (a python3 kernel for papermill).
+# Sourcing it again in the same shell (a script that sources it calls another that does) installs nothing twice.
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-.device/wheels}
 SITE=/tmp/rpm-site
+[[ -n "${RPM_DEVICE_ENV:-}" ]] && return 0
 if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     echo "device_env: no wheels in $WHEELS (run \`make device-wheels\` here and carry .device)" >&2
 else
@@ -19,3 +21,4 @@ export PATH="$SITE/bin:$SITE/rpm/bin:$PATH"
 "$PY" -m ipykernel install --prefix /tmp/rpm-jupyter --name python3 >/dev/null 2>&1 \
     || echo "device_env: ipykernel kernelspec could not be installed" >&2
 export JUPYTER_PATH="/tmp/rpm-jupyter/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
+export RPM_DEVICE_ENV=1

@@ -5,8 +5,8 @@
 #   2. run `rpm-batch configs/table1_scl_gpu.yaml` with a time budget: it regenerates the data (deterministic;
 #      each run checks the fingerprint it recorded), then trains the row's unfinished runs concurrently on the one
 #      GPU until about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step
-#      boundary with a resumable state (at most CAMPAIGN_JOBS=3 at once, see JOBS below),
-#   3. pack the state into $OUT/state.tar.gz and write $OUT/progress.{md,json} (epochs, val accuracy per run),
+#      boundary with a resumable state (at most CAMPAIGN_JOBS=2 at once, see JOBS below),
+#   3. pack the state into $OUT/state.tar.gz (in 15 MiB parts when larger) and write $OUT/progress.{md,json} (epochs, val accuracy per run),
 #      $OUT/table1.md, $OUT/slice.json (card, times, exit status) and $OUT/gpu_util.csv (nvidia-smi every 5 s).
 #
 # Then, here: `python bench/campaign_record.py <files_at>` stores the new state and appends the slice to
@@ -23,9 +23,13 @@ REPO=$PWD
 export NO_ALBUMENTATIONS_UPDATE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 STARTED=$(date +%s)
 # Runs trained at once. Each unfinished run carries 12 bytes per parameter to the next slice (fp32 weights, Adam
-# moments packed in bf16 by --compact, best weights): 6-11 MB for SCL; a device call carries at most 64 MiB with
-# the wheels (~25 MiB). Three at a time keeps the state near 30 MB; the others start as soon as one finishes.
-JOBS=${CAMPAIGN_JOBS:-3}
+# moments packed in bf16 by --compact, best weights): 6-11 MB for SCL. The state is committed after every slice and
+# travels to the next beside the wheels (~25 MiB; a device call carries at most 64 MiB): two at a time keep it
+# at 13-22 MB; the others start as soon as one finishes.
+JOBS=${CAMPAIGN_JOBS:-2}
+# A file coming back from a device call may hold at most 16 MiB: a larger state comes back in numbered parts
+# (state.tar.gz.part00, part01, ...) that bench/campaign_record.py joins.
+PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
 # Seconds kept after the batch for packing the state and writing the reports.
 RESERVE=${CAMPAIGN_RESERVE:-25}
 
@@ -47,7 +51,8 @@ else
     CONFIG=$REPO/configs/table1_scl_gpu.yaml
     WORK=$REPO
     OUT=${OUT:-/tmp/campaign-out}
-    BUDGETS=($(( ${CAMPAIGN_MINUTES:-9} * 60 )))
+    # CAMPAIGN_SECONDS (or CAMPAIGN_MINUTES) after this script started, the state is packed and the reports written.
+    BUDGETS=(${CAMPAIGN_SECONDS:-$(( ${CAMPAIGN_MINUTES:-9} * 60 ))})
     DEVICES=(--cuda-devices 0)
 fi
 NAME=$(basename "$CONFIG" .yaml)
@@ -85,7 +90,12 @@ for number in "${!BUDGETS[@]}"; do
     echo "gpu_campaign: slice $number ended with status $status"
 done
 
-cp "$STATE" "$OUT/state.tar.gz"
+rm -f "$OUT"/state.tar.gz "$OUT"/state.tar.gz.part*
+if (( $(stat -c %s "$STATE") > PART_BYTES )); then
+    split -b "$PART_BYTES" -d -a 2 "$STATE" "$OUT/state.tar.gz.part"
+else
+    cp "$STATE" "$OUT/state.tar.gz"
+fi
 [[ $DRY == 1 ]] && rpm-batch unpack "$STATE" --out "$RUNS"
 rpm-batch progress "$RUNS" | tee "$OUT/progress.md"
 rpm-batch progress "$RUNS" --json >"$OUT/progress.json"
@@ -100,6 +110,6 @@ json.dump({"device": device, "torch": torch.__version__, "exit_status": status, 
            "seconds": round(time.time() - started, 1),
            "date": time.strftime("%Y-%m-%d", time.gmtime(started))}, open(out, "w"), indent=1)
 PYTHON
-echo "gpu_campaign: state $(du -h "$OUT/state.tar.gz" | cut -f1) in $OUT; batch exit status $status (75 = unfinished)"
+echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $OUT ($(cd "$OUT" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"
 # 0 finished, 75 runs left for the next slice; anything else failed.
 [[ $status == 0 || $status == 75 ]] && exit 0 || exit "$status"
