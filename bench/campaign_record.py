@@ -119,7 +119,10 @@ def table1_markdown() -> str | None:
     labels = {spec.label for spec in SETUPS.values()}
     setup_claims = [c for c in claims.CLAIMS if set(c.worse) <= labels]
     checks = claims.check_claims(report.setups, report.num_test, setup_claims)
-    return "\n".join([f"{report.finished} of {report.total} runs finished; {report.num_test} test problems per run; "
+    # The state holds only the runs started so far; the row has as many runs as the last slice's progress lists.
+    entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    total = max(report.total, len(entries[-1]["runs"]) if entries else 0)
+    return "\n".join([f"{report.finished} of {total} runs finished; {report.num_test} test problems per run; "
                       "accuracies in percent.", "", results.table1_markdown(report.setups, with_paper=True), "",
                       claims.claims_markdown(checks)])
 
