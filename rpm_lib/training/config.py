@@ -183,6 +183,9 @@ class TrainConfig:
                                 choices=MEMORY_FORMATS)
     sync_batchnorm: bool = _field(False, "synchronise BatchNorm statistics across DDP processes", "hardware")
     deterministic: bool = _field(False, "torch deterministic algorithms (slower on GPU)", "hardware")
+    fused_adam: bool = _field(True, "on CUDA, Adam as one fused kernel over all parameters instead of a few "
+                              "per parameter (the H200 profile: a step is bound by the host's kernel launches); "
+                              "ignored on CPU", "hardware")
     compile: bool = _field(False, "torch.compile the encoder (in place: checkpoints keep their keys); the first "
                            "steps of every stage pay the compilation; measure with bench/profile_training.py "
                            "--compile before turning it on", "hardware")

@@ -266,8 +266,11 @@ class RpmModule(L.LightningModule):
         if not params:
             raise RuntimeError(f"stage {plan.name}: nothing to train")
         cfg = self.config
+        # One fused kernel for the whole update on CUDA: per-parameter (foreach) Adam issues several launches per
+        # tensor and reads its step counters back to the host, and an SCL step is bound by launches, not FLOPs.
+        fused = bool(cfg.fused_adam) and all(p.is_cuda for p in params)
         return torch.optim.Adam(params, lr=plan.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                                weight_decay=cfg.weight_decay)
+                                weight_decay=cfg.weight_decay, fused=fused or None)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["rpm_config"] = self.config.to_dict()
