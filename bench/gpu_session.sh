@@ -22,7 +22,11 @@ bash bench/gpu_campaign.sh 2>&1 | tee /tmp/session-extras/campaign.log | grep -v
 left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
 echo "gpu_session: profile with ${left} s left"
 if (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
-    timeout "$left" "$PY" bench/profile_training.py --steps 100 --warmup 10 --val-batches 5 --out /tmp/session-extras/profile \
+    # SESSION_PROFILE: the profile's options; by default the compiled encoder and fused vs per-parameter Adam
+    # beside the eager step (case a), the Lightning fit with 40 validation batches (c) and the GPU busy fraction (d).
+    # shellcheck disable=SC2086
+    timeout "$left" "$PY" bench/profile_training.py ${SESSION_PROFILE:---steps 100 --warmup 10 --val-batches 40 --compile --cases a,c,d} \
+        --out /tmp/session-extras/profile \
         data_root=data/i-raven-80 encoder=scl setup=ce_aux_sparse batch_size=128 image_size=80 num_workers=14 \
         progress_bar=false 2>&1 | tee /tmp/session-extras/profile.log | tail -60
     rm -rf /tmp/session-extras/profile/runs

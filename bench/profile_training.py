@@ -717,6 +717,10 @@ def verdict(report: dict[str, Any]) -> list[str]:
     if compiled.get("status") == "ok" and a:
         lines.append(f"torch.compile of the encoder (a): {compiled['ms_per_step']:.2f} ms/step vs {a:.2f} "
                      f"({a / compiled['ms_per_step']:.2f}x), after {compiled['compile_s']:.1f} s of compilation")
+    foreach = cases.get("encoder_only_foreach_adam", {})
+    if foreach.get("status") == "ok" and a:
+        lines.append(f"Fused Adam (a): {a:.2f} ms/step vs {foreach['ms_per_step']:.2f} with per-parameter Adam "
+                     f"({foreach['ms_per_step'] / a:.2f}x)")
     if (a and b and b < a) or (b and c and c < b):
         lines.append("Caution: a later case ran faster than an earlier, simpler one: the machine's speed varied "
                      "between cases (shared CPU?); rerun with more --steps (and --threads on a busy CPU)")
@@ -778,6 +782,7 @@ def print_report(report: dict[str, Any]) -> None:
     base = cases.get("encoder_only", {}).get("rpms_per_s")
     labels = {"encoder_only": "a. encoder only (stage_losses + backward + Adam, batch on device)",
               "encoder_only_compiled": "a. encoder only, torch.compile",
+              "encoder_only_foreach_adam": "a. encoder only, per-parameter (foreach) Adam instead of fused",
               "manual_loop": "b. manual loop, real DataLoader",
               "lightning_fit": "c. Lightning fit (make_trainer)",
               "lightning_fit_synced": "c. Lightning fit, synced every step",
@@ -933,6 +938,14 @@ def main(argv: list[str] | None = None) -> int:
                           lambda: case_encoder_only(setup, fixed, args.steps, args.warmup, compiled=True), write)
             else:
                 report["cases"]["encoder_only_compiled"] = {"status": "skipped", "reason": "--compile not given"}
+            if setup.cuda and getattr(config, "fused_adam", False):
+                # Side by side with the fused update the config uses: the per-parameter (foreach) Adam it replaced.
+                foreach = dataclasses.replace(setup, config=dataclasses.replace(config, fused_adam=False))
+                _run_case(report, "encoder_only_foreach_adam",
+                          lambda: case_encoder_only(foreach, fixed, args.steps, args.warmup), write)
+            else:
+                report["cases"]["encoder_only_foreach_adam"] = {
+                    "status": "skipped", "reason": "needs CUDA and fused_adam=true (fused Adam is CUDA only here)"}
         if "b" in args.cases:
             _run_case(report, "manual_loop",
                       lambda: case_manual_loop(setup, loader, iterator, args.steps, args.warmup), write)
