@@ -12,7 +12,7 @@ if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
 else
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
         || echo "device_env: installing the carried wheels failed; continuing with what is there" >&2
-    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE/rpm" . \
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE/rpm" . \
         || echo "device_env: installing rpm_lib's console scripts failed" >&2
 fi
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
