@@ -13,8 +13,9 @@ head.
     python bench/bench_mlcl_collapse.py --set beta=0.0           # contrastive term alone
     python bench/bench_mlcl_collapse.py --set lr=0.0002 --steps 30
 
-Data: ``data/demo-iraven-48`` (``make demo`` builds it; or ``--data``). Not a test (about a minute per 30 steps
-on 2 cores).
+Data: ``data/demo-iraven-48`` (``make demo`` builds it; or ``--data`` with any data_root, raw or cache, and
+``--image-size``). Steps may exceed one epoch: the loader is cycled epoch after epoch, each with its own
+(seed, epoch) order and augmentation, as in training. Not a test (about a minute per 30 steps on 2 cores).
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=str(REPO / "data" / "demo-iraven-48"), help="48 px cache folder")
+    parser.add_argument("--data", default=str(REPO / "data" / "demo-iraven-48"),
+                        help="data_root: an I-RAVEN folder or cache (default: the demo's 48 px cache)")
+    parser.add_argument("--image-size", type=int, default=48, help="panel side in px (default 48)")
     parser.add_argument("--setup", default="mlcl_aug", choices=("mlcl", "mlcl_aug"))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=4)
@@ -40,6 +45,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="config field override (YAML value), repeatable")
     return parser.parse_args(argv)
+
+
+def endless_batches(loader: Any) -> Iterator[Any]:
+    """The batches of ``loader`` epoch after epoch: epoch ``e`` sets the sampler's epoch to ``e`` first (when it
+    has ``set_epoch``), so every epoch has its own order and augmentation. A plain ``iter(loader)`` ends (with
+    StopIteration) after one epoch."""
+    epoch = 0
+    while True:
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("bench_mlcl_collapse: the training loader yields no batch (too few problems for the batch "
+                             "size?)")
+        epoch += 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     from rpm_lib.data.seeding import derive_seed
     from rpm_lib.training.setups import STAGES, stage_plan
 
-    if not Path(args.data, "manifest.json").is_file():
-        print(f"error: {args.data} is not a cache (run `make demo` or `python -m rpm_lib.demo --steps generate,cache`)",
-              file=sys.stderr)
+    if not Path(args.data).is_dir():
+        print(f"error: {args.data} does not exist (run `make demo` or `python -m rpm_lib.demo --steps generate,cache`, "
+              "or give --data)", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    fields = {"data_root": args.data, "image_size": 48, "encoder": "scl", "setup": args.setup,
+    fields = {"data_root": args.data, "image_size": args.image_size, "encoder": "scl", "setup": args.setup,
               "batch_size": args.batch_size, "seed": args.seed, "accelerator": "cpu", "precision": "32-true",
               "num_workers": 0, "progress_bar": False, "run_dir": "/tmp/bench-mlcl-collapse-unused"}
     for item in args.overrides:
@@ -80,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     module.train()
     datamodule = RpmDataModule(config, plan)
     datamodule.setup()
-    optimizer = module.configure_optimizers()
-    loader = iter(datamodule.train_dataloader())
+    optimizer = module.make_optimizer()
+    loader = endless_batches(datamodule.train_dataloader())
     print(f"# {config.setup}, batch {config.batch_size}, seed {config.seed}, lr {config.lr}, beta {config.beta}, "
           f"gamma {config.gamma}, tau {config.temperature}, negatives {config.negatives}; command: "
           f"python bench/bench_mlcl_collapse.py {' '.join(argv if argv is not None else sys.argv[1:])}")

@@ -61,7 +61,7 @@ def steps_to_escape(config, max_steps: int, margin: float = 0.05, window: int = 
     data = RpmDataModule(config, plan)
     data.setup("fit")
     loader = data.train_dataloader()
-    optimizer = module.configure_optimizers()
+    optimizer = module.make_optimizer()
     module.train()
     losses: list[float] = []
     step, epoch = 0, 0

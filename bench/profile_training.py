@@ -201,7 +201,7 @@ def manual_step(setup: Setup, module: Any) -> Callable[[dict[str, Any]], None]:
     if true_dtype is not None:
         module.to(true_dtype)
     module.to(setup.device).train()
-    optimizer = module.configure_optimizers()
+    optimizer = module.make_optimizer()  # the stage's Adam without any lr schedule
     scaler = torch.amp.GradScaler(setup.device.type) if precision == "16-mixed" else None
     autocast = (lambda: torch.autocast(setup.device.type, dtype=dtype)) if dtype is not None else nullcontext
     clip = setup.config.gradient_clip_val

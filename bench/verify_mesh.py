@@ -23,6 +23,12 @@ Part 3: problems/s of generation alone and end to end (generate, render, write .
 I-RAVEN and I-RAVEN-Mesh, interleaved per configuration, best CPU time of ``--rate-rounds`` rounds (one OpenCV
 thread), ``--rate-per-config`` problems per configuration and kind. The target is Mesh >= 0.8x plain.
 
+Part 5, the candidates-only line-count signal (docs/generator.md, "Line counts the candidates do not give
+away"): per configuration, how many lines the distractors have more than the answer (mean, shares of more /
+fewer), how often "fewest lines" and "fewest dark pixels" (pixels < 128 of the rendered 160 px candidate; ties
+split) pick the answer, for the default (balanced) Mesh, for ``--mode mesh-faithful`` (raven-datasets' draws,
+``--per-config`` problems, all rendered) and, with ``--reference-run``, for raven-datasets' own files.
+
 Part 4 (``--reference-run DIR``, optional): a folder written by raven-datasets itself (commit 10815d9,
 ``python main.py --save-dir DIR --seed 7 --mesh 2 --num-samples 500``) read back with ``xml_io``: every panel
 re-rendered and compared with the .npz, the labels rebuilt, the answer's uniqueness, and the reference's own
@@ -58,6 +64,7 @@ from rpm_lib.generator.writer import problem_stem, write_problem
 from rpm_lib.rules import CONFIGURATIONS, SHORT_NAMES
 
 MESH = "I-RAVEN-Mesh"
+DARK = 128  # a pixel darker than this counts as ink
 TARGET_RATIO = 0.8
 LINES = range(1, 13)
 
@@ -122,6 +129,7 @@ def check_problems(per_config: int, image_per_config: int, seed: int) -> dict:
     rows, first, every, per_problem = [], Counter(), Counter(), []
     probe_hits = probe_total = 0
     quota, order_breaks, trees, black_filled = Counter(), 0, 0, 0
+    leak = LeakStats()
     for configuration in CONFIGURATIONS:
         mesh = mesh_component_index(configuration)
         valid = lookalike = image_checked = image_equal = hits = 0
@@ -134,10 +142,13 @@ def check_problems(per_config: int, image_per_config: int, seed: int) -> dict:
                 lookalike += has_lookalikes(p.candidates)
                 black_filled += any(e.color == COLOR_MAX_LEVEL for panel in p.candidates
                                     for comp in panel.components[:-1] for e in comp.entities)
+                image = None
                 if k < image_per_config:
                     image = render_problem(p)
                     image_checked += 1
                     image_equal += len({image[8 + j].tobytes() for j in range(8)}) < 8
+                leak.add(configuration, [len(c.components[-1].slots) for c in p.candidates], p.target,
+                         None if image is None else image[8:])
                 hits += context_blind_choice(p.candidates, tie_rng) == p.target
                 first[len(p.context[0].components[-1].slots)] += 1
                 counts = np.zeros(len(LINES), np.int64)
@@ -157,7 +168,89 @@ def check_problems(per_config: int, image_per_config: int, seed: int) -> dict:
         print(f"  {configuration}: done", file=sys.stderr, flush=True)
     return {"rows": rows, "first": first, "every": every, "per_problem": np.array(per_problem),
             "probe_hits": probe_hits, "probe_total": probe_total,
-            "quota": quota, "order_breaks": order_breaks, "trees": trees, "black_filled": black_filled}
+            "quota": quota, "order_breaks": order_breaks, "trees": trees, "black_filled": black_filled,
+            "leak": leak}
+
+
+class LeakStats:
+    """Candidates-only statistics of the Mesh line counts (and of the ink, when images are given)."""
+
+    def __init__(self) -> None:
+        self.problems = self.imaged = 0
+        self.difference: Counter = Counter()  # distractor lines - answer lines, over all distractors
+        self.per_configuration: dict[str, list] = {}
+        self.fewest_lines = self.fewest_ink = 0.0
+        self.ink_answer = self.ink_distractor = 0.0
+
+    def add(self, configuration: str, lines: list[int], target: int, candidates: np.ndarray | None = None) -> None:
+        row = self.per_configuration.setdefault(configuration, [0, Counter(), 0.0])
+        row[0] += 1
+        self.problems += 1
+        for j, count in enumerate(lines):
+            if j != target:
+                self.difference[count - lines[target]] += 1
+                row[1][count - lines[target]] += 1
+        fewest = [j for j, count in enumerate(lines) if count == min(lines)]
+        hit = (target in fewest) / len(fewest)
+        self.fewest_lines += hit
+        row[2] += hit
+        if candidates is not None:
+            ink = (candidates < DARK).sum(axis=(1, 2))
+            least = np.flatnonzero(ink == ink.min())
+            self.fewest_ink += (target in least) / len(least)
+            self.ink_answer += float(ink[target])
+            self.ink_distractor += float((ink.sum() - ink[target]) / 7)
+            self.imaged += 1
+
+    def summary(self) -> dict:
+        distractors = sum(self.difference.values())
+        return {"problems": self.problems,
+                "mean_difference": sum(d * n for d, n in self.difference.items()) / distractors,
+                "more": sum(n for d, n in self.difference.items() if d > 0) / distractors,
+                "fewer": sum(n for d, n in self.difference.items() if d < 0) / distractors,
+                "fewest_lines": self.fewest_lines / self.problems,
+                "imaged": self.imaged,
+                "fewest_ink": self.fewest_ink / self.imaged if self.imaged else float("nan"),
+                "ink_answer": self.ink_answer / self.imaged if self.imaged else float("nan"),
+                "ink_distractor": self.ink_distractor / self.imaged if self.imaged else float("nan")}
+
+
+def leak_of_mode(per_config: int, seed: int, mode: str, render: bool = True) -> LeakStats:
+    """:class:`LeakStats` of ``per_config`` Mesh problems per configuration in ``mode``."""
+    stats = LeakStats()
+    for configuration in CONFIGURATIONS:
+        for p in generate_problems(configuration, per_config, seed=seed, regime=MESH, mode=mode):
+            image = render_problem(p)[8:] if render else None
+            stats.add(configuration, [len(c.components[-1].slots) for c in p.candidates], p.target, image)
+    return stats
+
+
+def _leak_table(sources: dict[str, LeakStats]) -> str:
+    lines = ["| source | problems | distractor - answer lines, mean | distractors with more / fewer lines | "
+             "'fewest lines' picks the answer | mean dark px answer / distractor | 'fewest dark px' picks the "
+             "answer |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, stats in sources.items():
+        r = stats.summary()
+        lines.append(f"| {name} | {r['problems']} | {r['mean_difference']:+.3f} | {100 * r['more']:.1f} % / "
+                     f"{100 * r['fewer']:.1f} % | {100 * r['fewest_lines']:.2f} % | {r['ink_answer']:.0f} / "
+                     f"{r['ink_distractor']:.0f} | {100 * r['fewest_ink']:.2f} % |")
+    lines += ["", "Per configuration, mean (distractor - answer lines) and 'fewest lines' hit rate:", "",
+              "| configuration | " + " | ".join(sources) + " |", "|---|" + "---:|" * len(sources)]
+    for configuration in CONFIGURATIONS:
+        cells = []
+        for stats in sources.values():
+            n, difference, hits = stats.per_configuration.get(configuration, (0, Counter(), 0.0))
+            total = sum(difference.values())
+            cells.append(f"{sum(d * k for d, k in difference.items()) / total:+.2f}, {100 * hits / n:.1f} %"
+                         if n else "-")
+        lines.append(f"| {SHORT_NAMES[configuration]} | " + " | ".join(cells) + " |")
+    lines += ["", "Distractor - answer lines over all distractors (% of distractors):", "",
+              "| source | " + " | ".join(f"{d:+d}" for d in range(-11, 12)) + " |", "|---|" + "---:|" * 23]
+    for name, stats in sources.items():
+        total = sum(stats.difference.values())
+        lines.append(f"| {name} | " + " | ".join(f"{100 * stats.difference[d] / total:.1f}" for d in range(-11, 12))
+                     + " |")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -301,10 +394,13 @@ def check_reference_run(folder: Path) -> dict:
     if not paths:
         raise SystemExit(f"--reference-run: no */RAVEN_*.xml under {folder}")
     found = Counter()
+    leak = LeakStats()
     for path in paths:
         problem = read_problem_xml(path)
         with np.load(path.with_suffix(".npz")) as data:
             stored = {key: data[key] for key in data.files}
+        leak.add(problem.configuration, [len(c.components[-1].slots) for c in problem.candidates], problem.target,
+                 stored["image"][8:])
         same = (render_problem(problem) == stored["image"]).all(axis=(1, 2))
         found["panels"] += same.size
         found["panels_equal"] += int(same.sum())
@@ -321,7 +417,9 @@ def check_reference_run(folder: Path) -> dict:
             found[f"quota_{sum(component == mesh for component, _ in changed)}"] += 1
         found[f"rule {problem.rules[-4].name} {problem.rules[-4].attr}"] += 1
         found["problems"] += 1
-    return dict(found)
+    found = dict(found)
+    found["leak"] = leak
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -336,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-per-config", type=int, default=60, help="problems per configuration and kind (part 3)")
     parser.add_argument("--rate-rounds", type=int, default=3)
     parser.add_argument("--skip-rates", action="store_true")
+    parser.add_argument("--faithful-per-config", type=int, default=None, metavar="N",
+                        help="Mesh problems per configuration in mode mesh-faithful for part 5 (default: --per-config)")
     parser.add_argument("--reference-run", type=Path, default=None, metavar="DIR",
                         help="also read back a folder written by raven-datasets with --mesh 2 (part 4)")
     args = parser.parse_args(argv)
@@ -410,8 +510,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{SHORT_NAMES[c]} {plain['per_configuration'][c]:.0f} -> {mesh['per_configuration'][c]:.0f}"
             for c in CONFIGURATIONS))
         print(f"\ntarget: Mesh >= {TARGET_RATIO}x plain end to end: {'met' if ratio >= TARGET_RATIO else 'NOT met'}")
-    if args.reference_run is not None:
-        found = check_reference_run(args.reference_run)
+    found = check_reference_run(args.reference_run) if args.reference_run is not None else None
+    faithful_count = args.per_config if args.faithful_per_config is None else args.faithful_per_config
+    sources = {"ours (balanced, default)": result["leak"]}
+    if faithful_count > 0:
+        sources["ours (mesh-faithful)"] = leak_of_mode(faithful_count, args.seed, "mesh-faithful")
+    if found is not None:
+        sources["raven-datasets"] = found["leak"]
+    print("\n## Part 5: line counts of the candidates alone (docs/generator.md, \"Line counts the candidates do not "
+          "give away\")\n")
+    low, high = chance_interval(result["leak"].problems)
+    print(f"{_leak_table(sources)}\n\n99 % interval of chance for {result['leak'].problems} problems: "
+          f"[{100 * low:.2f} %, {100 * high:.2f} %]")
+    balanced = result["leak"].summary()
+    failed |= not low <= balanced["fewest_lines"] <= high
+    if balanced["imaged"]:
+        low_i, high_i = chance_interval(balanced["imaged"])
+        failed |= not low_i <= balanced["fewest_ink"] <= high_i
+    if found is not None:
         n = found["problems"]
         print(f"\n## Part 4: raven-datasets' own Mesh files read back ({n} problems in {args.reference_run})\n")
         print(f"* panels re-rendered pixel-exactly: {found['panels_equal']} of {found['panels']}")

@@ -22,9 +22,17 @@ Recipes (``RECIPES``)
     The authors' pipeline (docs/augmentation.md), with probabilities as in their code: the whole pipeline runs
     with p=0.5; inside it VerticalFlip, HorizontalFlip, RandomRotate90, Rotate (+-90 deg) and Transpose,
     each p=0.25; OneOf(p=0.25)[grid 2x2, grid 3x3]; OneOf(p=0.5)[roll both axes (weight 0.4),
-    horizontal roll (0.3), vertical roll (0.3)]. One deliberate change: rotation fills the uncovered
-    corners with white (255, the RPM background) instead of the official reflection padding, which
-    would copy shapes into the corners.
+    horizontal roll (0.3), vertical roll (0.3)]. Two deliberate changes from the release (``"release"``
+    below): rotation fills the uncovered corners with white (255, the RPM background) instead of the
+    release's reflection padding, which copies shapes into the corners, and every roll draws its offsets
+    over the full panel.
+``"release"``
+    The MLCL release's pipeline exactly (``config/mlcl/raven/dataset/base.yaml`` of mikomel/mlcl): as
+    ``"official"`` but rotation pads with ``BORDER_REFLECT_101`` (the albumentations 1.1 default the release
+    ran with) and roll offsets drawn as the release's ``random.randint``: uniform in [0, 80] px inclusive
+    (its panels are 80 px, where 80 and 0 are the same shift), except the horizontal offset of the
+    both-axes roll, which is at most 10 px. Its position-preserving fallback is
+    ``"release_position_preserving"``.
 ``"position_preserving"``
     The same flips / rot90 / rotation / transpose with the same probabilities; no grid shuffle, no roll.
 ``"none"``
@@ -44,11 +52,12 @@ DataLoader workers").
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, NamedTuple
+from typing import Annotated, Any, Callable, Iterator, Literal, NamedTuple
 
 # albumentations fetches its PyPI page on import unless told not to.
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
@@ -58,10 +67,13 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from albumentations.core.transforms_interface import BaseTransformInitSchema  # noqa: E402
+from pydantic import Field  # noqa: E402  (albumentations 2.0.8's schema library; always installed with it)
 
 __all__ = [
     "AppliedTransform",
     "RECIPES",
+    "RELEASE_ROLL_MAX",
+    "RELEASE_ROLL_VH_MAX_DX",
     "ROTATION_LIMIT_DEG",
     "Recipe",
     "RandomRoll",
@@ -75,6 +87,11 @@ __all__ = [
 ROTATION_LIMIT_DEG: float = 90.0
 #: Fill value for pixels a rotation uncovers: RPM panels are black drawings on white.
 WHITE: int = 255
+#: Largest roll offset (px, inclusive) of the release: 80 for every axis of every roll (its panels are 80 px, so
+#: 80 and 0 are the same shift) ...
+RELEASE_ROLL_MAX: int = 80
+#: ... except the horizontal offset of its both-axes roll (``Roll(max_horizontal_shift=10, max_vertical_shift=80)``).
+RELEASE_ROLL_VH_MAX_DX: int = 10
 
 
 # --------------------------------------------------------------------------------------------------
@@ -85,8 +102,10 @@ class RandomRoll(A.DualTransform):
 
     Args:
         axis: ``"v"`` rolls rows (vertical shift ``dy``), ``"h"`` rolls columns (horizontal shift ``dx``),
-            ``"vh"`` both at once. Offsets are uniform integers in ``[0, H)`` / ``[0, W)`` pixels; the
-            official code drew from ``[0, S]``, where ``S`` and ``0`` are the same cyclic shift.
+            ``"vh"`` both at once. By default offsets are uniform integers in ``[0, H)`` / ``[0, W)`` pixels.
+        max_dy, max_dx: when given, the offset is drawn uniformly from ``[0, max]`` *inclusive*, as the
+            release's ``random.randint(0, max)`` (it used 80 on 80 px panels, where 80 and 0 are the same
+            shift, and 10 for the horizontal offset of its both-axes roll).
         p: probability of applying the transform.
 
     Randomness comes from ``self.py_random``, the generator albumentations hands to every transform, so a
@@ -95,15 +114,24 @@ class RandomRoll(A.DualTransform):
 
     class InitSchema(BaseTransformInitSchema):
         axis: Literal["v", "h", "vh"]
+        # strict: albumentations' schema would otherwise turn 2.5 / True / "10" into ints silently.
+        max_dy: Annotated[int, Field(ge=0, strict=True)] | None
+        max_dx: Annotated[int, Field(ge=0, strict=True)] | None
 
-    def __init__(self, axis: Literal["v", "h", "vh"] = "vh", p: float = 0.5):
+    def __init__(self, axis: Literal["v", "h", "vh"] = "vh", max_dy: int | None = None, max_dx: int | None = None,
+                 p: float = 0.5):
         super().__init__(p=p)
         self.axis = axis
+        self.max_dy = max_dy
+        self.max_dx = max_dx
+
+    def _offset(self, size: int, limit: int | None) -> int:
+        return self.py_random.randrange(size) if limit is None else self.py_random.randint(0, limit)
 
     def get_params_dependent_on_data(self, params: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         height, width = params["shape"][:2]
-        dy = self.py_random.randrange(height) if "v" in self.axis else 0
-        dx = self.py_random.randrange(width) if "h" in self.axis else 0
+        dy = self._offset(height, self.max_dy) if "v" in self.axis else 0
+        dx = self._offset(width, self.max_dx) if "h" in self.axis else 0
         # "axis" travels with the params so `applied_transforms` can tell the three rolls apart.
         return {"dy": dy, "dx": dx, "axis": self.axis}
 
@@ -115,14 +143,18 @@ class RandomRoll(A.DualTransform):
         return np.roll(mask, (dy, dx), axis=(0, 1))
 
     def get_transform_init_args_names(self) -> tuple[str, ...]:
-        return ("axis",)
+        return ("axis", "max_dy", "max_dx")
 
 
 # --------------------------------------------------------------------------------------------------
 # The individual transforms, by short name.
 # --------------------------------------------------------------------------------------------------
-def _make_transform(name: str, p: float) -> A.BasicTransform:
-    """A fresh albumentations transform for the short ``name`` (see ``SINGLE_TRANSFORM_NAMES``)."""
+def _make_transform(name: str, p: float, release: bool = False) -> A.BasicTransform:
+    """A fresh albumentations transform for the short ``name`` (see ``SINGLE_TRANSFORM_NAMES``).
+
+    ``release=True`` gives the MLCL release's variant where it differs: reflect-101 rotation padding and
+    roll offsets drawn as the release drew them (``RELEASE_ROLL_MAX``, ``RELEASE_ROLL_VH_MAX_DX``).
+    """
     if name == "vflip":
         return A.VerticalFlip(p=p)
     if name == "hflip":
@@ -130,6 +162,9 @@ def _make_transform(name: str, p: float) -> A.BasicTransform:
     if name == "rot90":
         return A.RandomRotate90(p=p)
     if name == "rotate":
+        if release:
+            return A.Rotate(limit=(-ROTATION_LIMIT_DEG, ROTATION_LIMIT_DEG), interpolation=cv2.INTER_LINEAR,
+                            border_mode=cv2.BORDER_REFLECT_101, p=p)
         return A.Rotate(
             limit=(-ROTATION_LIMIT_DEG, ROTATION_LIMIT_DEG),
             interpolation=cv2.INTER_LINEAR,
@@ -145,12 +180,13 @@ def _make_transform(name: str, p: float) -> A.BasicTransform:
         # 80 px is not divisible by 3: albumentations cuts 27/27/26 px strips (random order) and only
         # swaps tiles of equal shape, so the pixel content is still a permutation.
         return A.RandomGridShuffle(grid=(3, 3), p=p)
+    limit = RELEASE_ROLL_MAX if release else None
     if name == "roll_v":
-        return RandomRoll(axis="v", p=p)
+        return RandomRoll(axis="v", max_dy=limit, p=p)
     if name == "roll_h":
-        return RandomRoll(axis="h", p=p)
+        return RandomRoll(axis="h", max_dx=limit, p=p)
     if name == "roll_vh":
-        return RandomRoll(axis="vh", p=p)
+        return RandomRoll(axis="vh", max_dy=limit, max_dx=RELEASE_ROLL_VH_MAX_DX if release else None, p=p)
     raise ValueError(f"unknown transform {name!r}; known: {', '.join(SINGLE_TRANSFORM_NAMES)}")
 
 
@@ -162,23 +198,24 @@ SINGLE_TRANSFORM_NAMES: tuple[str, ...] = (
 POSITION_MOVING_NAMES: frozenset[str] = frozenset({"grid2", "grid3", "roll_v", "roll_h", "roll_vh"})
 
 
-def _official_transforms() -> list[Any]:
+def _official_transforms(release: bool = False) -> list[Any]:
     """Children of the official pipeline (docs/augmentation.md, "The official recipe"); the pipeline itself
-    runs with p=0.5."""
+    runs with p=0.5. ``release=True``: the release's rotation padding and roll ranges."""
     return [
-        *_position_preserving_transforms(),
+        *_position_preserving_transforms(release),
         A.OneOf([_make_transform("grid2", 0.5), _make_transform("grid3", 0.5)], p=0.25),
         # Inside OneOf the children's p are selection weights (normalised), not probabilities.
         A.OneOf(
-            [_make_transform("roll_vh", 0.4), _make_transform("roll_h", 0.3), _make_transform("roll_v", 0.3)],
+            [_make_transform("roll_vh", 0.4, release), _make_transform("roll_h", 0.3, release),
+             _make_transform("roll_v", 0.3, release)],
             p=0.5,
         ),
     ]
 
 
-def _position_preserving_transforms() -> list[Any]:
+def _position_preserving_transforms(release: bool = False) -> list[Any]:
     """Flips, rot90, rotation and transposition, each p=0.25 (the official ones minus grid / roll)."""
-    return [_make_transform(name, 0.25) for name in ("vflip", "hflip", "rot90", "rotate", "transpose")]
+    return [_make_transform(name, 0.25, release) for name in ("vflip", "hflip", "rot90", "rotate", "transpose")]
 
 
 def _no_transforms() -> list[Any]:
@@ -218,6 +255,12 @@ RECIPES: dict[str, Recipe] = {
     "official": Recipe("official", _official_transforms, 0.5, "position_preserving"),
     "position_preserving": Recipe("position_preserving", _position_preserving_transforms, 0.5, None),
     "none": Recipe("none", _no_transforms, 1.0, None),
+    # functools.partial (not a lambda): recipes travel to spawned DataLoader workers.
+    "release": Recipe("release", functools.partial(_official_transforms, release=True), 0.5,
+                      "release_position_preserving"),
+    "release_position_preserving": Recipe("release_position_preserving",
+                                          functools.partial(_position_preserving_transforms, release=True), 0.5,
+                                          None),
 }
 
 

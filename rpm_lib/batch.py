@@ -54,10 +54,16 @@ for a finished run, runs not started for lack of time are ``unfinished`` too, an
 Running the same command again continues. ``rpm-batch pack`` / ``unpack`` carry the resumable state of a batch
 folder to another machine (``rpm_lib.run_archive``); ``rpm-batch progress`` prints each run's epochs and
 validation accuracy.
+
+While runs execute (locally, or on SLURM with ``--wait``), a line per finished epoch of each running run gives its
+stage, epoch, losses, validation accuracy and the estimated time left for the run and the grid, and a run whose
+folder stays unchanged for ``--stall-minutes`` is reported (not stopped); ``--quiet`` turns these lines off
+(``rpm_lib.live_progress``, which reads them from the run folders).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import itertools
@@ -68,9 +74,10 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +85,7 @@ from typing import Any
 
 import yaml
 
+from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs
 from rpm_lib.notebook_execution import execute_notebook
 from rpm_lib.run_progress import UNFINISHED_EXIT_CODE, stopped_by_budget
 
@@ -90,6 +98,8 @@ FINISHED_MARKER = "metrics.json"
 #: Seconds of a batch's time budget kept back from each run's own: its kernel's start and the batch's tables
 #: (at most a tenth of the budget, for short budgets).
 BATCH_MARGIN_S = 20.0
+#: Default of ``--stall-minutes``: a running run whose folder has not changed for this long is reported.
+STALL_MINUTES = STALL_SECONDS / 60
 #: A run is not started when less than this (at most a tenth of the budget) is left for it.
 MIN_RUN_SECONDS = 15.0
 
@@ -549,12 +559,45 @@ def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, 
     return {"report": out_nb}
 
 
+def _printer() -> Callable[[str], None]:
+    """``print`` with flush, one line at a time: the live progress thread prints too."""
+    lock = threading.Lock()
+
+    def log(message: str) -> None:
+        with lock:
+            print(message, flush=True)
+
+    return log
+
+
+@contextlib.contextmanager
+def _stopping(watcher: LiveProgress | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if watcher is not None:
+            watcher.stop()
+
+
+def _watcher(config: BatchConfig, todo: Sequence[tuple[RunSpec, Path]], log: Callable[[str], None], jobs: int,
+             stall_minutes: float) -> LiveProgress:
+    """The live progress of ``todo`` (see ``rpm_lib.live_progress``); each run's epoch limits are known beforehand
+    when the template is a training notebook (every TrainConfig field a parameter, as ``03_train``)."""
+    from rpm_lib.training.config import TrainConfig
+
+    training = set(TrainConfig.field_names()) <= notebook_parameters(config.template)
+    planned = {f"{s.grid}/{s.name}": stage_epochs(s.parameters) if training else None for s, _ in todo}
+    return LiveProgress([(f"{s.grid}/{s.name}", d) for s, d in todo], log, stall_s=60.0 * stall_minutes,
+                        planned=planned, jobs=jobs)
+
+
 def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out: str | Path | None = None,
               grids: Sequence[str] | None = None, overrides: Mapping[str, Any] | None = None,
               cuda_devices: Sequence[str] | None = None, quiet: bool = False,
               prepare: bool = True, time_budget: float | None = None,
               workers_per_run: int | str | None = None, executor: str = "local",
-              slurm: Mapping[str, Any] | None = None, wait: bool = False) -> list[RunResult]:
+              slurm: Mapping[str, Any] | None = None, wait: bool = False, live: bool = True,
+              stall_minutes: float = STALL_MINUTES) -> list[RunResult]:
     """Run (or, with ``dry_run``, only plan) every run of a batch YAML; see the module docstring.
 
     Args:
@@ -565,7 +608,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         grids: grid names to run (default: every grid with ``default: true``).
         overrides: parameters forced on every run (win over the YAML).
         cuda_devices: e.g. ``["0", "1"]``: run *i* gets ``CUDA_VISIBLE_DEVICES=cuda_devices[i % n]``.
-        quiet: no progress lines on stdout.
+        quiet: no progress lines on stdout (live ones included).
         prepare: run the YAML's ``prepare`` commands (False when the caller already made the data,
             e.g. ``make demo``, which passes its own ``data_root`` in ``overrides``).
         time_budget: wall-clock seconds for the whole call, preparation included (see the module docstring);
@@ -577,6 +620,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         slurm: ``--slurm KEY=VALUE`` settings over the YAML's ``slurm:`` mapping.
         wait: with ``slurm``, wait for the array and gather the tables (else return once it is submitted;
             results then have status ``submitted``).
+        live: a line per finished epoch of every running run (``rpm_lib.live_progress``; local runs, and SLURM
+            runs with ``wait``).
+        stall_minutes: a running run whose folder has not changed for this long is reported (not stopped).
 
     Returns:
         One ``RunResult`` per run, in grid order. Failed runs do not raise.
@@ -585,8 +631,10 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     if time_budget is not None and not time_budget > 0:
         raise BatchConfigError(f"--time-budget must be a positive number of seconds, got {time_budget}")
+    if not stall_minutes > 0:
+        raise BatchConfigError(f"--stall-minutes must be a positive number of minutes, got {stall_minutes}")
     deadline = None if time_budget is None else (time.time() + time_budget, float(time_budget))
-    log = (lambda *_: None) if quiet else (lambda msg: print(msg, flush=True))
+    log = (lambda *_: None) if quiet else _printer()
     config = load_batch_config(config_path)
     out_dir = Path(out) if out is not None else config.out
     if workers_per_run is not None:
@@ -618,8 +666,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         return results
     if prepare:
         _run_prepare(config, False, log)
+    watcher = _watcher(config, todo, log, jobs, stall_minutes) if live and not quiet else None
     if executor == "slurm":
-        return _run_on_slurm(config, specs, out_dir, dict(slurm or {}), wait, log)
+        return _run_on_slurm(config, specs, out_dir, dict(slurm or {}), wait, log, watcher)
     if executor != "local":
         raise BatchConfigError(f"--executor must be local or slurm, got {executor!r}")
     by_name: dict[tuple[str, str], RunResult] = {
@@ -631,17 +680,22 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
 
     def report(i: int, res: RunResult) -> None:
         by_name[(res.spec.grid, res.spec.name)] = res
+        if watcher is not None:
+            watcher.ended(f"{res.spec.grid}/{res.spec.name}")
         tail = "" if res.error is None else f": {res.error.strip().splitlines()[-1]}"
         log(f"  [{i}/{len(todo)}] {res.status:6s} {res.spec.grid}/{res.spec.name} ({res.seconds:.1f} s){tail}")
 
+    if watcher is not None:
+        watcher.start()
     if jobs == 1 or len(todo) <= 1:
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
             for i, (spec, run_dir) in enumerate(todo, 1):
-                log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir} "
-                    f"(live: {run_dir / 'history.csv'})")
+                log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
                 report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
         finally:
+            if watcher is not None:
+                watcher.stop()
             if devices is not None:
                 if saved is None:
                     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
@@ -653,7 +707,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // jobs)
         # spawn: the parent may have imported torch/threads (a notebook, the demo); fork would be unsafe.
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        with pool:
+        with pool, _stopping(watcher):
             futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads, deadline): spec
                        for i, (spec, _) in enumerate(todo)}
             for i, fut in enumerate(as_completed(futures), 1):
@@ -689,7 +743,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
 
 
 def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, overrides: dict[str, Any], wait: bool,
-                  log) -> list[RunResult]:
+                  log, watcher: LiveProgress | None = None) -> list[RunResult]:
     from rpm_lib import slurm
 
     settings = slurm.parse_settings(config.slurm, overrides, source=str(config.path))
@@ -697,7 +751,10 @@ def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, override
     if not wait:
         return [RunResult(s, run_dir_of(out, s).resolve(), "submitted" if s.name in submitted else "skipped")
                 for s in specs]
-    statuses = {status.run: status for status in slurm.wait(config, specs, out, log=log)}
+    if watcher is not None:
+        watcher.start()
+    with _stopping(watcher):  # the cells' epochs, read from their folders as they train on the cluster
+        statuses = {status.run: status for status in slurm.wait(config, specs, out, log=log)}
     names = {"done": "done", "unfinished": "unfinished"}
     results = [RunResult(s, run_dir_of(out, s).resolve(), names.get(statuses[f"{s.grid}/{s.name}"].state, "failed"))
                for s in specs]
@@ -759,6 +816,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait", action="store_true",
                         help="with --executor slurm: wait for the array, then write the tables (else return once "
                              "submitted; `rpm-batch status CONFIG` shows the cells)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no live progress lines (one per finished epoch of each running run; the start / done "
+                             "lines and the tables stay)")
+    parser.add_argument("--stall-minutes", type=float, default=STALL_MINUTES, metavar="MIN",
+                        help="report a running run whose folder has not changed for MIN minutes as 'no progress' "
+                             f"(it is not stopped; default {STALL_MINUTES:g})")
     parser.add_argument("--workers-per-run", type=_workers, metavar="N|auto",
                         help="DataLoader workers of each run (its num_workers); auto: the cores shared among the runs "
                              "executed at once (--jobs), one kept for each run's training process")
@@ -878,6 +941,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if not args.stall_minutes > 0:
+        parser.error(f"--stall-minutes must be a positive number of minutes, got {args.stall_minutes:g}")
     if args.gather:
         if not Path(args.gather).is_dir():
             parser.error(f"--gather: batch folder {args.gather} does not exist")
@@ -892,7 +957,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             overrides=dict(args.overrides),
                             cuda_devices=args.cuda_devices.split(",") if args.cuda_devices else None,
                             time_budget=args.time_budget, workers_per_run=args.workers_per_run,
-                            executor=args.executor, slurm=dict(args.slurm), wait=args.wait)
+                            executor=args.executor, slurm=dict(args.slurm), wait=args.wait,
+                            live=not args.quiet, stall_minutes=args.stall_minutes)
     except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step, SLURM
         print(f"rpm-batch: error: {exc}", file=sys.stderr)
         return 2

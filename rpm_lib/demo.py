@@ -74,6 +74,7 @@ class DemoStep:
     name: str
     description: str
     run: Callable[[DemoContext], None]
+    expect: str = ""  # how the step tells its duration (said when it starts)
 
 
 def _say(message: str) -> None:
@@ -195,7 +196,8 @@ def step_train(ctx: DemoContext) -> None:
     if ctx.quick:
         overrides.update(QUICK_TRAIN_OVERRIDES)
     batch_dir = ctx.out / "batch"
-    _say(f"training (papermill batch {ctx.batch_config} -> {batch_dir}); progress lines follow")
+    _say(f"training (papermill batch {ctx.batch_config} -> {batch_dir}): a line per finished epoch of each run "
+         "follows, with the time left; the first one says how long the training takes on this machine")
     results = run_batch(ctx.batch_config, jobs=1, out=batch_dir, overrides=overrides, prepare=False)
     failed = [r for r in results if r.status == "failed"]
     if failed:
@@ -312,12 +314,14 @@ def step_index(ctx: DemoContext) -> None:
 
 
 #: The demo, in order. Append ``DemoStep(name, description, function)`` to extend it.
+_BAR = "its progress bar shows the rate and the time left"
 STEPS: list[DemoStep] = [
-    DemoStep("generate", "generate a small balanced I-RAVEN set (all 7 configurations)", step_generate),
-    DemoStep("cache", "build its 80 px memory-mapped cache (and the trainings' smaller one)", step_cache),
+    DemoStep("generate", "generate a small balanced I-RAVEN set (all 7 configurations)", step_generate, _BAR),
+    DemoStep("cache", "build its 80 px memory-mapped cache (and the trainings' smaller one)", step_cache, _BAR),
     DemoStep("gallery", "save gallery.png: one RPM per configuration with rules in words", step_gallery),
     DemoStep("explore", "execute the exploration notebooks 01 and 02 with papermill", step_explore),
-    DemoStep("train", "SCL with CE and MLCL+AUG+FT through rpm-batch (notebooks 03, 04, 05, 06)", step_train),
+    DemoStep("train", "SCL with CE and MLCL+AUG+FT through rpm-batch (notebooks 03, 04, 05, 06)", step_train,
+             "the longest step: its time left is measured from the first epoch and updated every epoch"),
     DemoStep("index", "write index.md / index.html listing everything produced", step_index),
 ]
 
@@ -348,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_steps(ctx: DemoContext, names: Sequence[str] | None = None) -> None:
     """Run the named steps (all when None) in ``STEPS`` order, timing each."""
+    from rpm_lib.live_progress import duration
+
     known = [step.name for step in STEPS]
     unknown = sorted(set(names or ()) - set(known))
     if unknown:
@@ -356,9 +362,9 @@ def run_steps(ctx: DemoContext, names: Sequence[str] | None = None) -> None:
         if names is not None and step.name not in names:
             continue
         began = time.perf_counter()
-        _say(f"step {step.name}: {step.description}")
+        _say(f"step {step.name}: {step.description}" + (f" ({step.expect})" if step.expect else ""))
         step.run(ctx)
-        _say(f"step {step.name} done in {time.perf_counter() - began:.1f} s")
+        _say(f"step {step.name} done in {duration(time.perf_counter() - began)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -384,12 +390,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         quick=args.quick,
     )
     names = None if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
+    from rpm_lib.live_progress import duration
+
+    began = time.perf_counter()
     try:
         run_steps(ctx, names)
     except (RuntimeError, ValueError, FileNotFoundError) as error:
         print(f"demo: error: {error}", file=sys.stderr)
         return 1
     _say("finished: " + ", ".join(f"{k}={v}" for k, v in ctx.results.items()))
+    index = ctx.out / "index.html"
+    if index.is_file():
+        _say(f"done in {duration(time.perf_counter() - began)}; everything it made is listed in {index.resolve()} "
+             f"(and {ctx.out / 'index.md'})")
     return 0
 
 

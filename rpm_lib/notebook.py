@@ -215,11 +215,28 @@ def check_parameters(namespace: dict[str, Any], non_finite: Collection[str] = ()
             ``check_parameters(globals(), non_finite={"time_limit"})`` where ``inf`` means "no limit".
 
     Raises:
-        ValueError: ``parameter 'ablations': expected list[str], got 3 (int)``;
+        ParameterError: a ``ValueError`` that a kernel shows as its one line, without a traceback, e.g.
+            ``parameter 'ablations': expected list[str], got 3 (int)``;
             ``parameter 'threshold': must be a finite number, got nan``;
             ``parameter 'treshold' (did you mean 'threshold'?): not a parameter of this notebook, whose
             parameters are: ...`` (one line).
     """
+    try:
+        _check_parameters(namespace, non_finite)
+    except ValueError as error:
+        raise ParameterError(str(error)) from None
+
+
+class ParameterError(ValueError):
+    """A notebook parameter that does not fit its declaration. IPython shows it as its one line, not as a traceback
+    into this module: the mistake is the user's and the line says all there is (papermill prints what the kernel
+    shows above its own error)."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for an exception's own traceback text
+        return [f"ValueError: {self}"]
+
+
+def _check_parameters(namespace: dict[str, Any], non_finite: Collection[str]) -> None:
     from rpm_lib import typed_values
 
     annotations = namespace.get("__annotations__", {})

@@ -169,7 +169,22 @@ class RunRecord:
 
     @property
     def setup(self) -> str:
-        return str(self.labels.get("setup", self.parameters.get("setup", "?")))
+        """The setup label; ``+FT`` appended for a run whose final weights were fine-tuned (metrics.json
+        ``protocol``), so a fine-tuned MLCL run never lands in (or is compared with) a linear-evaluation row."""
+        name = str(self.labels.get("setup", self.parameters.get("setup", "?")))
+        if self.protocol == "fine_tuned" and not canonical_setup(name).endswith("+FT"):
+            return f"{name}+FT"
+        return name
+
+    @property
+    def protocol(self) -> str | None:
+        """What the final weights measure (``rpm_lib.training.setups.PROTOCOLS``): metrics.json ``protocol``;
+        for metrics written before it existed, ``fine_tuned`` when the config fine-tuned; ``None`` when unfinished."""
+        if self.metrics is None:
+            return None
+        if "protocol" in self.metrics:
+            return str(self.metrics["protocol"])
+        return "fine_tuned" if (self.metrics.get("config") or {}).get("finetune") else None
 
     @property
     def seed(self) -> str:

@@ -255,12 +255,15 @@ def resolve_configurations(names: str | Sequence[str] | None, allow_duplicates: 
         allow_duplicates: a name given twice is kept once; with ``False`` it is an error instead.
 
     Raises:
-        ValueError: an unknown name, a duplicate (when not allowed), or an empty list.
+        ValueError: an unknown name, a duplicate (when not allowed), an empty item (``Center,,L-R``) or an empty list.
     """
     if names is None:
         return list(CONFIGURATIONS)
     if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
+        text = names
+        names = [n.strip() for n in names.split(",")] if names.strip() else []
+        if "" in names:
+            raise ValueError(f"empty item in the comma-separated list {text!r} (remove the extra comma)")
     names = list(names)
     if names == ["all"]:
         return list(CONFIGURATIONS)

@@ -6,6 +6,7 @@ archive; light to import (no torch).
 """
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,23 @@ def _json(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+#: What a damaged record raises while it is read here (wrong types, missing columns, bad numbers, bad bytes).
+_DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError, UnicodeDecodeError, csv.Error)
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; {} when absent. Raises ``ValueError`` naming the file when it is not one."""
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path.name}: not valid JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path.name}: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def stopped_by_budget(run_dir: str | Path) -> bool:
@@ -67,18 +85,50 @@ class RunProgress:
 
 
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
-    """The standing of the run in ``run_dir`` (named relative to ``batch_dir`` when given)."""
+    """The standing of the run in ``run_dir`` (named relative to ``batch_dir`` when given).
+
+    A damaged ``progress.json``, ``metrics.json`` or ``history.csv`` gives the status ``damaged: <file>: <why>``
+    (one line, nothing else read), so one broken run folder neither stops the table nor passes for a run that has
+    not started."""
     run_dir = Path(run_dir)
-    progress = _json(run_dir / "progress.json")
-    metrics = _json(run_dir / "metrics.json")
-    rows = history_rows(run_dir / "history.csv")
+    name = run_dir.relative_to(batch_dir).as_posix() if batch_dir is not None else run_dir.name
+    try:
+        return _run_progress(run_dir, name)
+    except ValueError as error:
+        return RunProgress(run=name, status=f"damaged: {error}", stage=None, epochs={}, val_accuracy=None,
+                           best_val_accuracy=None, test_accuracy=None, slices=0, seconds=0.0)
+
+
+def _history(path: Path) -> tuple[dict[str, int], list[float], str | None]:
+    """Finished epochs per stage, validation accuracies and the last stage of ``history.csv``."""
     epochs: dict[str, int] = {}
     accuracies = []
-    for row in rows:
-        epochs[row["stage"]] = max(epochs.get(row["stage"], 0), int(row["epoch"]) + 1)
-        if row.get("val_accuracy"):
-            accuracies.append(float(row["val_accuracy"]))
-    stage = rows[-1]["stage"] if rows else None
+    try:
+        rows = history_rows(path)
+        for row in rows:
+            epochs[row["stage"]] = max(epochs.get(row["stage"], 0), int(row["epoch"]) + 1)
+            if row.get("val_accuracy"):
+                accuracies.append(float(row["val_accuracy"]))
+    except _DAMAGE as error:
+        why = str(error).splitlines()[0] if str(error) else ""
+        raise ValueError(f"{path.name}: unreadable ({type(error).__name__}: {why})") from None
+    return epochs, accuracies, rows[-1]["stage"] if rows else None
+
+
+def _run_progress(run_dir: Path, name: str) -> RunProgress:
+    progress = _record(run_dir / "progress.json")
+    metrics = _record(run_dir / "metrics.json")
+    epochs, accuracies, stage = _history(run_dir / "history.csv")
+    try:
+        return _standing(run_dir, name, progress, metrics, epochs, accuracies, stage)
+    except _DAMAGE as error:
+        raise ValueError(f"progress.json or metrics.json: a field of the wrong type ({type(error).__name__}: "
+                         f"{error})") from None
+
+
+def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[str, Any], epochs: dict[str, int],
+              accuracies: list[float], stage: str | None) -> RunProgress:
+    rows = bool(epochs)
     if metrics:
         status = FINISHED
     elif progress.get("status") == UNFINISHED:
@@ -90,7 +140,6 @@ def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> Ru
     else:
         status = "not started"
     slices = progress.get("slices") or []
-    name = run_dir.relative_to(batch_dir).as_posix() if batch_dir is not None else run_dir.name
     summaries = [s for s in (progress.get("stages") or {}).values() if isinstance(s, dict)]
     steps = sum(int(s.get("global_step") or 0) for s in summaries)
     batch = _batch_size(run_dir)

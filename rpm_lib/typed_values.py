@@ -43,11 +43,11 @@ def from_text(raw: str) -> RawValue:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as error:
-        return RawValue(raw, raw, _yaml_problem(error))
+        return RawValue(raw, raw, yaml_problem(error))
     return RawValue(raw, value)
 
 
-def _yaml_problem(error: yaml.YAMLError) -> str:
+def yaml_problem(error: yaml.YAMLError) -> str:
     """One line saying why text is not YAML (PyYAML's own message spans several lines, with a caret)."""
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]
     if "could not determine a constructor for the tag" in problem:
@@ -90,6 +90,9 @@ def coerce(name: str, value: Any, tp: Any, what: str = "config field", error: ty
     except _NonFinite:
         shown = raw.strip() if raw is not None else repr(value)
         raise error(f"{what} {name!r}: must be a finite number, got {shown}") from None
+    except _EmptyItem:
+        raise error(f"{what} {name!r}: empty item in the comma-separated list {raw!r} (remove the extra comma)") \
+            from None
     if result is _FAIL:
         shown = raw if raw is not None else repr(value)
         raise error(f"{what} {name!r}: expected {type_name(tp)}, got {shown} ({type(value).__name__})")
@@ -101,6 +104,10 @@ _FAIL = object()
 
 class _NonFinite(Exception):
     """A float field got nan or inf (and non-finite numbers were not allowed)."""
+
+
+class _EmptyItem(Exception):
+    """A comma-separated list has an empty item (``a,,b``, ``a,``): a typo, never meant as a value."""
 
 
 def _takes_str(tp: Any) -> bool:
@@ -161,7 +168,9 @@ def _try_coerce(value: Any, raw: str | None, tp: Any, allow_non_finite: bool = F
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, str) and raw is not None:
-            value = [v.strip() for v in value.split(",") if v.strip()]
+            value = [v.strip() for v in value.split(",")] if value.strip() else []
+            if "" in value:
+                raise _EmptyItem
         if not isinstance(value, (list, tuple)):
             return _FAIL
         items = [_try_coerce(v, None, item_tp, allow_non_finite) for v in value]

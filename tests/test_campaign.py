@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -73,3 +74,27 @@ def test_the_gpu_campaign_trains_the_table1_grid_row_of_scl() -> None:
     axes = yaml.safe_load((REPO / "configs" / "table1_scl_gpu.yaml").read_text())["axes"]
     tiny = yaml.safe_load((REPO / "configs" / "table1_scl_tiny.yaml").read_text())["axes"]
     assert axes == tiny and axes["setup"] == ["ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug"]
+
+
+# Fingerprint of the campaign's data recipe on a small scale (10 problems per configuration, the campaign's seed and
+# mode, cached at 80 px), made by the generator and cache that produced the committed campaign state. The runs in
+# results/table1_scl_gpu resume only on data with the fingerprint they recorded: a change of the generator or of
+# the cache's arrays that alters this value strands them.
+CAMPAIGN_RECIPE_FINGERPRINT = "sha256-pieces-v1:83c090036849f4aca3d43a5937d813b7b24bdd39b861693a71a8c6219bac5a0d"
+
+
+def test_the_campaign_data_recipe_still_makes_the_same_bytes(tmp_path: Path) -> None:
+    from rpm_lib.data.fingerprint import data_fingerprint
+
+    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
+    for command in (["rpm-generate", "--out", str(tmp_path / "raw"), "--num-per-config", "10", "--seed", "1234",
+                     "--mode", "balanced", "--workers", "2", "--no-xml", "--quiet"],
+                    ["rpm-data", "prepare", str(tmp_path / "raw"), "--out", str(tmp_path / "c80"), "--size", "80",
+                     "--workers", "2", "--no-progress"]):
+        module = {"rpm-generate": "rpm_lib.generator.cli", "rpm-data": "rpm_lib.data.cli"}[command[0]]
+        done = subprocess.run([sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main())",
+                               *command[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert data_fingerprint(tmp_path / "c80") == CAMPAIGN_RECIPE_FINGERPRINT, (
+        "the generator or the cache now make other bytes for the campaign's recipe: the runs committed in "
+        "results/table1_scl_gpu cannot resume (restart the campaign, or keep the old output)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,18 @@ def test_quick_demo_runs_every_step_and_indexes_its_outputs(tmp_path, capsys):
     out, data = tmp_path / "run", tmp_path / "data"
     argv = ["--out", str(out), "--data", str(data), "--num-per-config", "10", "--quick"]
     assert demo.main(argv) == 0
+    printed = capsys.readouterr().out
+
+    # Live progress: a line per finished epoch of each run, its stage's epoch limit from the run's config.yaml
+    epoch_lines = re.findall(r"^  \[(\d)/2\] main/(\S+) (\w+) epoch (\d+)/(\d+): train loss \d+\.\d{4}, val (?:acc|loss) ",
+                             printed, flags=re.MULTILINE)
+    assert [line[:3] for line in epoch_lines] == [
+        ("1", "setup-ce__seed-0", "supervised"), ("2", "setup-mlcl_aug_ft__seed-0", "pretrain"),
+        ("2", "setup-mlcl_aug_ft__seed-0", "linear"), ("2", "setup-mlcl_aug_ft__seed-0", "finetune")], printed
+    assert all(line[3:] == ("1", "1") for line in epoch_lines)  # --quick: one epoch per stage
+    assert "first epoch measured" in printed
+    assert printed.rstrip().splitlines()[-1].endswith(f"listed in {(out / 'index.html').resolve()} (and "
+                                                      f"{out / 'index.md'})")
 
     runs = sorted(p.parent.name for p in (out / "batch").glob("*/*/metrics.json"))
     assert runs == ["setup-ce__seed-0", "setup-mlcl_aug_ft__seed-0"]

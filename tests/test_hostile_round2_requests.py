@@ -156,3 +156,19 @@ def test_rpm_data_prepare_caps_workers_at_the_cpus_and_says_so(raw_root, tmp_pat
     assert code == 0 and asked == [CPUS]
     assert capsys.readouterr().err.strip().splitlines() == [
         f"rpm-data prepare: note: --workers {CPUS + 1000} capped at {CPUS}, the number of CPUs"]
+
+
+@pytest.mark.parametrize("text", ["Center,,L-R", "Center,", "Center, ,L-R"])
+def test_an_empty_item_in_a_configuration_list_is_refused_not_dropped(tmp_path, capsys, text):
+    from rpm_lib.training.config import ConfigError, TrainConfig
+
+    with pytest.raises(SystemExit) as caught:  # argparse's usage error
+        generator_cli.main(["--out", str(tmp_path / "out"), "--num-per-config", "1", "--configurations", text,
+                            "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert caught.value.code == 2
+    assert err == [f"rpm-generate: error: --configurations: empty item in the comma-separated list {text!r} (remove "
+                   "the extra comma) (see rpm-generate --help)"]
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"^config field 'configurations': empty item in the comma-separated list"):
+        TrainConfig().with_overrides([f"configurations={text}"])

@@ -58,6 +58,19 @@ def test_a_malformed_list_is_refused_not_split_at_its_commas() -> None:
         "parsing a flow sequence, expected ',' or ']', but got '<stream end>')")
 
 
+@pytest.mark.parametrize("text", ["a,,b", "a,", "a, ,b"])  # (",a" is not YAML: refused as such)
+def test_an_empty_item_in_a_comma_list_is_refused_not_dropped(text: str) -> None:
+    assert _refused(_namespace(ablations=text)) == (
+        f"parameter 'ablations': empty item in the comma-separated list {text!r} (remove the extra comma)")
+    assert _refused(_namespace(configurations=text)).startswith("parameter 'configurations': empty item")
+
+
+def test_an_empty_text_is_still_an_empty_list() -> None:
+    namespace = _namespace(ablations="")
+    notebook.check_parameters(namespace)
+    assert namespace["ablations"] == []
+
+
 @pytest.mark.parametrize("text", ["!!python/name:os.system", "!foo bar", "!!python/object/apply:os.system [ls]"])
 def test_a_yaml_tag_is_refused_not_kept_as_a_one_item_list(text: str) -> None:
     assert _refused(_namespace(ablations=text)) == (
@@ -166,6 +179,13 @@ def test_papermill_cli_nan_threshold_stops_notebook_05(tmp_path: Path) -> None:
     assert last_line == "ValueError: parameter 'threshold': must be a finite number, got nan"
 
 
+def test_papermill_shows_the_kernel_side_error_as_one_line_without_a_traceback(tmp_path: Path) -> None:
+    done = _papermill("-p", "threshold", "nan", tmp_path=tmp_path)
+    kernel_part = done.stderr.split('Exception encountered at "In [', 1)[1].strip().splitlines()[1:]
+    assert kernel_part == ["ValueError: parameter 'threshold': must be a finite number, got nan"]
+    assert "rpm_lib/typed_values.py" not in done.stderr and "Cell In[" not in done.stderr
+
+
 def test_valid_parameters_pass_through_the_injected_cell(tmp_path: Path) -> None:
     from rpm_lib.notebook_execution import execute_notebook
 
@@ -181,3 +201,43 @@ def test_valid_parameters_pass_through_the_injected_cell(tmp_path: Path) -> None
     executed = nbformat.read(out, as_version=4)
     assert "injected-parameters" in executed.cells[2].metadata["tags"]
     assert executed.cells[-1].outputs[0]["text"] == "['a', 'b'] 0.7\n"
+
+
+# --- rpm-notebook: the same execution, one line instead of papermill's own traceback ---------------------------
+
+
+def _rpm_notebook(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "rpm_lib.notebook_cli", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_rpm_notebook_reports_a_failed_cell_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out.ipynb"
+    done = _rpm_notebook(str(REPO / "notebooks" / "05_rule_predictions.ipynb"), str(out), "-p", "threshold", "nan",
+                         tmp_path=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"rpm-notebook: error: {out}, cell 4: ParameterError: parameter 'threshold': must be a finite number, got nan"]
+    assert out.is_file()  # the executed notebook is kept, as papermill keeps it
+
+
+def test_rpm_notebook_refuses_unknown_names_and_bad_files_before_a_kernel_starts(tmp_path: Path) -> None:
+    template = str(REPO / "notebooks" / "05_rule_predictions.ipynb")
+    done = _rpm_notebook(template, str(tmp_path / "o.ipynb"), "-p", "treshold", "0.3", tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"rpm-notebook: error: {template}: no parameter 'treshold' (did you mean 'threshold'?); its parameters are: "
+        "data_root, interactive, max_problems, min_support, num_examples, output_dir, run_dir, threshold"]
+    assert not (tmp_path / "o.ipynb").exists()
+    bad = tmp_path / "params.yaml"
+    for text, problem in (("[1, 2]", "expected a mapping of parameter names to values, got list"),
+                          ("threshold: [0.3", "not YAML")):
+        bad.write_text(text)
+        done = _rpm_notebook(template, str(tmp_path / "o.ipynb"), "-f", str(bad), tmp_path=tmp_path)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.stderr.startswith(f"rpm-notebook: error: {bad}: {problem}"), done.stderr
+    not_a_notebook = tmp_path / "x.ipynb"
+    not_a_notebook.write_text("{")
+    done = _rpm_notebook(str(not_a_notebook), str(tmp_path / "o.ipynb"), tmp_path=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"{not_a_notebook}: not a readable notebook" in done.stderr

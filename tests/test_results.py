@@ -151,3 +151,20 @@ def test_markdown_table_escapes_and_checks_width():
 
 def test_short_names_cover_configuration_columns():
     assert results.CONFIGURATION_COLUMNS == tuple(SHORT_NAMES[c] for c in CONFIGURATIONS)
+
+
+def test_fine_tuned_runs_never_share_a_row_with_linear_evaluation(tmp_path):
+    """A run whose metrics.json says protocol fine_tuned (the release's phase 3) gets its own +FT row, even when
+    its grid label is the plain setup; one without the key but with finetune in its config too."""
+    acc = {c: 0.9 for c in CONFIGURATIONS}
+    linear = _make_run(tmp_path, "main", {"encoder": "scl", "setup": "mlcl", "seed": "0"}, {}, acc)
+    tuned = _make_run(tmp_path, "main", {"encoder": "scl", "setup": "mlcl", "seed": "1"}, {}, acc)
+    older = _make_run(tmp_path, "main", {"encoder": "scl", "setup": "mlcl", "seed": "2"}, {}, acc)
+    for run, extra in ((linear, {"protocol": "linear_evaluation"}), (tuned, {"protocol": "fine_tuned"}),
+                       (older, {"config": {"finetune": True}})):
+        (run / "metrics.json").write_text(json.dumps({**_metrics(acc), **extra}))
+    records = {r.seed: r for r in results.load_runs(tmp_path)}
+    assert [records[s].protocol for s in "012"] == ["linear_evaluation", "fine_tuned", "fine_tuned"]
+    rows = results.table1(list(records.values()))
+    assert [(r.setup, sorted(r.seeds)) for r in rows] == [("MLCL", ["0"]), ("MLCL+FT", ["1", "2"])]
+    assert rows[0].paper is not None and rows[1].paper is None  # only linear evaluation is compared with Table 1

@@ -159,13 +159,19 @@ def _comparable(metrics: dict) -> dict:
 
 
 def test_a_grid_on_slurm_is_requeued_at_its_time_limit_and_equals_the_local_run(
-        slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        slurm_cluster: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     for key, value in slurm_cluster.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
     config = _batch_yaml(tmp_path, "on_slurm")
     results = batch.run_batch(config, executor="slurm", wait=True, quiet=False)
     assert [r.status for r in results] == ["done", "done"], [(r.spec.name, r.status) for r in results]
+    printed = capsys.readouterr().out
+    # live progress from the shared run folders while the cells train on SLURM: every epoch of the short cell
+    for epoch in (1, 2):
+        assert f"] main/cell-short supervised epoch {epoch}/2: train loss " in printed, printed
+    assert "] main/cell-long supervised epoch 1/60: train loss " in printed, printed
     out = tmp_path / "on_slurm" / "main"
     long_log = (out / "cell-long" / slurm.JOB_LOG).read_text()
     assert "requeued to resume the run" in long_log, long_log  # the time limit forced at least one requeue

@@ -13,6 +13,11 @@ Layout of a finished cache folder (N rows, S px)::
     file_ids.npy      int64 (N,)  k of RAVEN_<k>_<split> / id of PGM_<regime>_<split>_<id>
     valid.npy         bool (N,)   False for rows of files skipped with on_error="skip" (zero pixels)
     skipped.txt       one "<file>\\t<reason>" line per skipped file (on_error="skip" only)
+    problem_hashes.npy uint8 (N, 16) content hash of each row's original panels (problem_hashes.py; zeros for
+                      a skipped file), named by manifest "problem_hashes"
+
+The manifest also records ``regime``: the raw folder's checked ``regime.json`` content at build time (``null``
+when it has none), so a cache keeps saying what its problems are after its raw folder is gone or replaced.
 
 Only the keys ``load_raven_npz`` / ``load_pgm_npz`` return are stored; raven-datasets' ``meta_answer_mods``
 (which gives the answer away) is never read, so nothing in a cache derives from it.
@@ -42,6 +47,7 @@ from tqdm.auto import tqdm
 
 from rpm_lib import rules
 from rpm_lib.data.errors import DataFormatError
+from rpm_lib.data.problem_hashes import CACHE_ARRAY, HASH_BYTES, METHOD as HASH_METHOD, panels_hash
 from rpm_lib.data.raw_files import SPLITS, RawFile, find_pgm_files, find_raven_files, pgm_source_id, raven_source_id
 from rpm_lib.data.resize import check_resize, resize_panels
 from rpm_lib.data.validation import NUM_PANELS, PGM_MAX_TRIPLES, RpmRecord, load_pgm_npz, load_raven_npz
@@ -143,6 +149,7 @@ class _ChunkResult:
     meta: np.ndarray  # uint8 (n, ...)
     meta_target: np.ndarray  # uint8 (n, d)
     skipped: list[tuple[str, str]]
+    hashes: np.ndarray  # uint8 (n, HASH_BYTES), zeros for a skipped file
 
 
 def _init_worker() -> None:
@@ -163,6 +170,7 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
         np.zeros((n, *spec.build_meta_shape), dtype=np.uint8),
         np.zeros((n, spec.meta_target_dim), dtype=np.uint8),
         [],
+        np.zeros((n, HASH_BYTES), dtype=np.uint8),
     )
     panels = np.load(chunk.panels_path, mmap_mode="r+")
     try:
@@ -181,6 +189,7 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
             result.targets[j] = record.target
             result.meta[j, : record.meta.shape[0]] = record.meta  # a plain RAVEN problem: zero Mesh rows
             result.meta_target[j] = record.meta_target
+            result.hashes[j] = np.frombuffer(panels_hash(record.panels), dtype=np.uint8)
         panels.flush()
     finally:
         del panels
@@ -238,6 +247,7 @@ def _allocate(partial: Path, spec: _Kind, files: list[RawFile], size: int, plan:
         "meta.npy": (np.uint8, (n, *spec.build_meta_shape)),
         "meta_target.npy": (np.uint8, (n, spec.meta_target_dim)),
         "valid.npy": (np.bool_, (n,)),
+        CACHE_ARRAY: (np.uint8, (n, HASH_BYTES)),
     }
     for name, (dtype, shape) in outputs.items():
         array = np.lib.format.open_memmap(partial / name, mode="w+", dtype=dtype, shape=shape)
@@ -267,7 +277,7 @@ def _read_journal(partial: Path) -> tuple[set[int], list[tuple[str, str]]]:
 def _remove_partial(partial: Path) -> None:
     """Delete a stale partial build, but only if it looks like one of ours."""
     ours = {PLAN, JOURNAL, PLAN + ".tmp", MANIFEST, MANIFEST + ".tmp", SKIPPED, "panels.npy", "targets.npy", "meta.npy",
-            "meta.npy.tmp", "meta_target.npy", "valid.npy", "groups.npy", "splits.npy", "file_ids.npy"}
+            "meta.npy.tmp", "meta_target.npy", "valid.npy", "groups.npy", "splits.npy", "file_ids.npy", CACHE_ARRAY}
     strangers = [p.name for p in partial.iterdir() if p.name not in ours]
     if strangers:
         raise DataFormatError(f"{partial}: unexpected files {strangers} in the partial cache folder; remove it by hand")
@@ -344,6 +354,7 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
                     show_progress: bool) -> Path:
     partial = out.with_name(out.name + ".partial")
     plan = _plan(kind, root, files, size, resize, chunk_size)
+    regime = _source_regime(root) if kind == "raven" else None
 
     if is_cache(out):
         manifest = read_manifest(out)
@@ -370,7 +381,7 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
         except (FileNotFoundError, json.JSONDecodeError):
             previous = None
         if (previous is None or not _same_inputs(previous, plan) or previous.get("chunk_size") != chunk_size
-                or not _partial_meta_fits(partial, spec)):
+                or not _partial_meta_fits(partial, spec) or not (partial / CACHE_ARRAY).is_file()):
             print(f"{partial}: discarding an interrupted build of other inputs/settings", file=sys.stderr)
             _remove_partial(partial)
         elif is_cache(partial):  # finished, killed before the rename
@@ -395,7 +406,8 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
         if i not in done
     ]
     files_done = len(files) - sum(len(c.paths) for c in chunks)
-    labels = {name: np.load(partial / f"{name}.npy", mmap_mode="r+") for name in ("targets", "meta", "meta_target", "valid")}
+    labels = {name: np.load(partial / f"{name}.npy", mmap_mode="r+")
+              for name in ("targets", "meta", "meta_target", "valid", "problem_hashes")}
     bar = tqdm(total=len(files), initial=files_done, unit="RPM", desc=f"prepare {out.name}", disable=not show_progress)
     try:
         with open(partial / JOURNAL, "a") as journal:
@@ -407,6 +419,7 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
                 labels["meta"][rows] = result.meta
                 labels["meta_target"][rows] = result.meta_target
                 labels["valid"][rows] = result.ok
+                labels["problem_hashes"][rows] = result.hashes
                 for array in labels.values():
                     array.flush()
                 journal.write(json.dumps({"chunk": result.chunk_id, "skipped": result.skipped}) + "\n")
@@ -439,10 +452,21 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
         bar.close()
         labels.clear()  # drop the memmaps before the folder is renamed
 
-    _finish(partial, out, spec, plan, skipped, on_error)
+    _finish(partial, out, spec, plan, skipped, on_error, regime)
     if on_error == "skip":
         print(f"skipped {len(skipped)} file(s); see {out / SKIPPED}", file=sys.stderr)
     return out
+
+
+def _source_regime(root: Path) -> dict | None:
+    """The checked ``regime.json`` of the raw folder a cache is built from (None when it has none), recorded in the
+    manifest so that the cache keeps its regime when the raw folder is gone or regenerated with another one."""
+    from rpm_lib.generator.writer import GeneratorSettingsError, read_regime_record
+
+    try:
+        return read_regime_record(root)
+    except GeneratorSettingsError as error:
+        raise DataFormatError(str(error)) from None
 
 
 def _partial_meta_fits(partial: Path, spec: _Kind) -> bool:
@@ -473,7 +497,8 @@ def _trim_meta(partial: Path, spec: _Kind) -> int:
     return rows
 
 
-def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tuple[str, str]], on_error: str) -> None:
+def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tuple[str, str]], on_error: str,
+            regime: dict | None) -> None:
     """Write the report and the manifest, drop the journal, rename the partial folder."""
     if on_error == "skip":
         lines = "".join(f"{path}\t{reason}\n" for path, reason in sorted(skipped))
@@ -498,6 +523,8 @@ def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tup
         "meta_rows": meta_rows,
         "counts": counts,
         "plan": plan,
+        "problem_hashes": HASH_METHOD,
+        "regime": regime,
     }
     for name in (PLAN, JOURNAL):
         (partial / name).unlink()
@@ -517,11 +544,20 @@ _MANIFEST_FIELDS: dict[str, tuple[type, str]] = {
 
 
 def _array_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
-    """(shape, dtype, data offset in bytes) of an ``.npy`` file, read from its header only."""
+    """(shape, dtype, data offset in bytes) of an ``.npy`` file, read from its header only.
+
+    Raises:
+        ValueError: a damaged header (numpy parses it as Python literal text, which fails in several ways).
+    """
+    import tokenize
+
     with path.open("rb") as handle:
         version = np.lib.format.read_magic(handle)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _fortran, dtype = read(handle)
+        try:
+            shape, _fortran, dtype = read(handle)
+        except (SyntaxError, tokenize.TokenError) as error:
+            raise ValueError(f"damaged header ({type(error).__name__})") from None
         return shape, dtype, handle.tell()
 
 
@@ -561,6 +597,15 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
         "targets": (None, (n,)), "meta": (np.uint8, (n, meta_rows, *spec.meta_shape[1:])),
         "meta_target": (np.uint8, (n, spec.meta_target_dim)),
     }
+    # Caches built before these fields existed have no problem hashes and no recorded regime.
+    method = manifest.get("problem_hashes")
+    if method is not None:
+        if method != HASH_METHOD:
+            raise DataFormatError(f"{where}: field 'problem_hashes' must be {HASH_METHOD!r}, got {method!r}")
+        expected["problem_hashes"] = (np.uint8, (n, HASH_BYTES))
+    if not isinstance(manifest.get("regime"), (dict, type(None))):
+        raise DataFormatError(f"{where}: field 'regime' must be the regime.json object or null, got "
+                              f"{manifest['regime']!r}")
     for name, (dtype, shape) in expected.items():
         file = path / f"{name}.npy"
         if not file.is_file():
@@ -568,7 +613,7 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
         try:
             found_shape, found_dtype, offset = _array_header(file)
         except (ValueError, OSError, EOFError) as error:
-            raise DataFormatError(f"{file}: not a readable .npy array ({error})") from None
+            raise DataFormatError(f"{file}: not a readable .npy array ({str(error).splitlines()[0]})") from None
         if tuple(found_shape) != shape:
             fields = f"num_rows={n}, image_size={size}" + (f", meta_rows={meta_rows}" if name == "meta" else "")
             raise DataFormatError(f"{file}: shape {tuple(found_shape)}, but {MANIFEST} ({fields}) needs {shape}")
@@ -630,6 +675,8 @@ class CacheReader:
         self.targets = arrays["targets"]
         self.meta = arrays["meta"]
         self.meta_target = arrays["meta_target"]
+        #: uint8 (N, 16) content hashes of the rows' original panels; None for a cache built before they existed.
+        self.problem_hashes: np.ndarray | None = arrays.get("problem_hashes")
         self._panels: np.ndarray | None = None
         self._panels_pid: int | None = None
 

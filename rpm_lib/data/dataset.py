@@ -116,6 +116,35 @@ class RpmDataset(Dataset):
     def __len__(self) -> int:
         return len(self.source_ids)
 
+    def problem_hashes(self) -> list[bytes] | None:
+        """The 16-byte content hash of every sample's original panels (``problem_hashes.panels_hash``), in sample
+        order: what tells two folders' problems apart by content, not by name.
+
+        Read from the cache's ``problem_hashes.npy`` or the raw folder's record; problems without one (folders
+        made before these records, downloaded ones, files replaced since) are hashed now, with a one-line note on
+        stderr. ``None`` (with a note) for a cache of resized panels built before hashes were recorded: its
+        original panels are not stored, so it cannot be hashed.
+        """
+        from rpm_lib.data.problem_hashes import note, panels_hash, raw_hashes
+
+        if self._cache is not None:
+            stored = self._cache.problem_hashes
+            if stored is not None:
+                return [bytes(row) for row in stored[self._rows]]
+            if self._cache.manifest["image_size"] != 160:
+                note(f"{self.root}: built before caches recorded problem hashes, with resized panels, so its "
+                     "problems cannot be compared with other folders' by content; rebuild it with `rpm-data "
+                     "prepare` to check for overlap")
+                return None
+            note(f"{self.root}: built before caches recorded problem hashes; hashing its {len(self)} "
+                 f"{self.split} problems now")
+            return [panels_hash(self._cache.panels(int(row))) for row in self._rows]
+        hashes, computed = raw_hashes(self.root, [f.path for f in self._files], self._spec.load)
+        if computed:
+            note(f"{self.root}: hashed {computed} {self.split} problem(s) that its problem_hashes.json does not "
+                 "record (made before it existed, downloaded, or changed since)")
+        return hashes
+
     # -- labels -----------------------------------------------------------------------------------
 
     @property

@@ -7,7 +7,8 @@ folder; otherwise the run would continue on other problems and its metrics would
 It covers the bytes of every array file a reader uses (``.npy`` of a cache, ``.npz`` of a raw folder), each
 named by its path relative to the folder. Records that describe how a folder was made (``manifest.json``,
 ``generator.json``, ``regime.json``, ``.xml``) are left out: they carry versions and plans that may differ
-while the problems are identical. Files are hashed in 64 MiB pieces by a pool of threads (``hashlib`` releases
+while the problems are identical. So is a cache's ``problem_hashes.npy`` (``rpm_lib.data.problem_hashes``): it
+is derived from the problems, and caches made before it existed must keep their fingerprint. Files are hashed in 64 MiB pieces by a pool of threads (``hashlib`` releases
 the GIL), so a 7 GB cache takes seconds; the value does not depend on the number of threads.
 """
 from __future__ import annotations
@@ -18,9 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rpm_lib.data.errors import DataFormatError
+from rpm_lib.data.problem_hashes import CACHE_ARRAY
 
 #: Suffixes of the files a fingerprint covers.
 DATA_SUFFIXES: tuple[str, ...] = (".npy", ".npz")
+#: Array files that are records derived from the problems, not problems (see the module docstring).
+DERIVED_RECORDS: frozenset[str] = frozenset({CACHE_ARRAY})
 #: Bytes hashed per piece (one task of the thread pool).
 PIECE = 64 * 1024 * 1024
 #: Prefix of every fingerprint (the method; a later method gets another prefix instead of a silent mismatch).
@@ -33,7 +37,7 @@ def data_files(root: str | Path) -> list[Path]:
     if not root.is_dir():
         raise DataFormatError(f"{root}: not a dataset folder")
     files = [p for p in root.rglob("*") if p.suffix in DATA_SUFFIXES and p.is_file() and not p.is_symlink()
-             and not p.name.startswith(".")]
+             and not p.name.startswith(".") and p.name not in DERIVED_RECORDS]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 

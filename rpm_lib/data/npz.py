@@ -5,6 +5,7 @@ and validation inspect a 400 kB file while reading a few hundred bytes of it.
 """
 from __future__ import annotations
 
+import tokenize
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,5 +79,7 @@ def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (
         raise
     except FileNotFoundError:
         raise DataFormatError(f"{path}: file not found") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, KeyError, MemoryError) as error:
-        raise DataFormatError(f"{path}: not a readable .npz file ({type(error).__name__}: {error})") from error
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError, KeyError, MemoryError,
+            SyntaxError, tokenize.TokenError) as error:  # the last two: a damaged .npy header (Python literal text)
+        why = str(error).splitlines()[0] if str(error) else ""
+        raise DataFormatError(f"{path}: not a readable .npz file ({type(error).__name__}: {why})") from None

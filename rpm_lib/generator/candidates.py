@@ -23,6 +23,15 @@ The balanced tree then takes a *quota*: when more than 3 attributes are modifiab
 Mesh attributes) of the 3 perturbed ones, uniformly, are the Mesh's, the rest other components'; the
 selection is shuffled in every case (raven-datasets). Original (RAVEN) candidates are not defined for Mesh
 problems and are refused.
+
+Deliberate deviation in Mesh problems (docs/generator.md, "Line counts the candidates do not give away"):
+raven-datasets draws the Mesh's Number alternative uniformly over the other levels, so the distractors tend to
+have more lines than the answer and the candidates alone point at it. Mode ``"balanced"`` draws it from
+``mesh_balance.alternative_distribution`` (answer level and alternative level exchangeable), and asks a
+Number for two position sets (I-RAVEN's "3-Position-Number") only when its *own* component's Position is
+selected (the reference asks whenever any Position is; the Mesh then never gets 12 lines as an alternative
+although the answer can have them). Mode ``"mesh-faithful"`` keeps raven-datasets' draws. Plain I-RAVEN is
+unchanged: without the Mesh both rules coincide.
 """
 from __future__ import annotations
 
@@ -41,12 +50,14 @@ from rpm_lib.generator.constants import (
     configuration_of,
     has_mesh,
 )
+from rpm_lib.generator.mesh_balance import alternative_distribution
 from rpm_lib.generator.problem import ComponentPanel, Panel, Rule
 from rpm_lib.generator.rows import UNIFORM_LEVEL, sample_entity
 from rpm_lib.generator.sampling import ComponentRanges, RandomStream
 
 __all__ = [
     "MODES",
+    "MESH_FAITHFUL",
     "check_mode",
     "ModifiableAttribute",
     "modifiable_attributes",
@@ -209,19 +220,28 @@ def original_candidates(
     return shuffled, target
 
 
-#: Candidate modes: ``"balanced"`` = I-RAVEN attribute bisection tree, ``"original"`` = RAVEN distractors.
-MODES: tuple[str, ...] = ("balanced", "original")
+#: Candidate modes: ``"balanced"`` = I-RAVEN attribute bisection tree, ``"original"`` = RAVEN distractors,
+#: ``"mesh-faithful"`` = the balanced tree of a Mesh problem drawn exactly as raven-datasets draws it (its Mesh
+#: Number alternatives give the answer away: docs/generator.md, "Line counts the candidates do not give away").
+MESH_FAITHFUL = "mesh-faithful"
+MODES: tuple[str, ...] = ("balanced", "original", MESH_FAITHFUL)
 
 
 def check_mode(mode: str, mesh: bool = False) -> None:
     """One-line ``ValueError`` unless ``mode`` can build the candidates of a problem with (``mesh``) or
-    without the Mesh: "balanced" always, "original" only without (RAVEN never had a Mesh)."""
+    without the Mesh: "balanced" always, "original" only without (RAVEN never had a Mesh), "mesh-faithful"
+    only with it."""
     if mode not in MODES:
         raise ValueError(f"unknown candidate mode {mode!r}; expected one of {MODES}")
     if mesh and mode == "original":
         raise ValueError(
             "original (RAVEN) candidates are not defined for a Mesh problem: the I-RAVEN-Mesh generator "
             "builds only balanced (I-RAVEN) candidates; use mode='balanced'"
+        )
+    if not mesh and mode == MESH_FAITHFUL:
+        raise ValueError(
+            "mode 'mesh-faithful' (raven-datasets' Mesh Number alternatives) needs the Mesh (--mesh / regime "
+            "I-RAVEN-Mesh); without it the balanced candidates already are I-RAVEN's: use mode='balanced'"
         )
 
 
@@ -271,10 +291,12 @@ class _AlternativeSampler:
     """Draws alternative values from the answer (I-RAVEN ``sample_new_value``), with its Number bookkeeping:
     each Number level is used once before any repeats (``num_count``), and no position set twice."""
 
-    def __init__(self, ranges: list[ComponentRanges], answer: Panel, s: RandomStream) -> None:
+    def __init__(self, ranges: list[ComponentRanges], answer: Panel, s: RandomStream, mesh_levels=None) -> None:
         self.ranges = ranges
         self.answer = answer
         self.s = s
+        # (component, probabilities(levels) -> list | None): the Mesh's answer-blind Number draw (mesh_balance)
+        self.mesh_levels = mesh_levels
         self.books = [_number_bookkeeping(r) for r in ranges]
         self.level_fresh = [{level: True for level in book[0]} for book in self.books]
 
@@ -293,7 +315,17 @@ class _AlternativeSampler:
             ]
             if not levels:
                 raise RuntimeError("I-RAVEN Number alternative: no admissible Number level left")
-            level = s.choice(levels)
+            probabilities = None
+            if self.mesh_levels is not None and c == self.mesh_levels[0] and all(fresh.values()):
+                probabilities = self.mesh_levels[1](levels)
+            if probabilities is None:
+                level = s.choice(levels)
+            else:  # one uniform, like choice
+                u, k, acc = s.random(), 0, probabilities[0]
+                while u >= acc and k < len(levels) - 1:
+                    k += 1
+                    acc += probabilities[k]
+                level = levels[k]
             fresh[level] = False
             new_count, old_count = level + 1, len(original.entities)
             if old_count >= new_count:
@@ -347,13 +379,15 @@ def _apply_alternative(
 
 
 def balanced_candidates(
-    rules: list[Rule], ranges: list[ComponentRanges], answer: Panel, s: RandomStream
+    rules: list[Rule], ranges: list[ComponentRanges], answer: Panel, s: RandomStream, faithful: bool = False
 ) -> tuple[list[Panel], int, list[list[tuple[int, str]]]]:
     """I-RAVEN's candidates (docs/generator.md, "Balanced candidates (I-RAVEN)"): corners of the cube over (up
     to) 3 modified attributes, shuffled.
 
     Returns ``(candidates, target, modified)``; ``modified[k]`` lists the (component, attribute) pairs
     changed on candidate k's tree path (``[]`` for the answer), as the .xml ``Modified_attributes``.
+    In a Mesh problem ``faithful`` keeps raven-datasets' Mesh Number alternatives (uniform, and two position
+    sets whenever any Position is selected); otherwise they are answer-blind (module docstring).
     """
     entries = modifiable_attributes(rules, ranges, answer)
     mesh_component = len(ranges) - 1 if has_mesh(r.layout.name for r in ranges) else None
@@ -370,7 +404,12 @@ def balanced_candidates(
             # then moves the answer's count of slots onto a different count of entities (the reference
             # writes such inconsistent candidates). A stable partition puts every Number after the rest.
             selected.sort(key=lambda e: e.attr == "Number")
-    sampler = _AlternativeSampler(ranges, answer, s)
+    mesh_levels = None
+    own_position = None
+    if mesh_component is not None and not faithful:
+        mesh_levels = (mesh_component, _mesh_number_draw(rules, ranges, answer, entries, selected, mesh_component))
+        own_position = {e.component for e in selected if e.attr == "Position"}
+    sampler = _AlternativeSampler(ranges, answer, s, mesh_levels)
     candidates = [answer]
     paths: list[list[tuple[int, str]]] = [[]]
 
@@ -382,7 +421,8 @@ def balanced_candidates(
 
     if len(selected) >= 3:
         for entry in selected:
-            value = sampler.sample(entry, position_number)
+            two_sets = position_number if own_position is None else entry.component in own_position
+            value = sampler.sample(entry, two_sets)
             for j in range(len(candidates)):
                 branch(j, entry, value)
     elif len(selected) == 2:
@@ -402,6 +442,24 @@ def balanced_candidates(
         raise RuntimeError("no modifiable attribute: cannot build I-RAVEN candidates")
     shuffled, target, modified = _shuffled(candidates, paths, s)
     return shuffled, target, modified
+
+
+def _mesh_number_draw(rules, ranges, answer, entries, selected, mesh_component):
+    """The probabilities of the Mesh's Number alternative over the admissible levels (``mesh_balance``), or
+    a function returning ``None`` (uniform draw) where no answer-blind pairing exists."""
+    rule = rules[4 * mesh_component]
+    start = ranges[mesh_component].number
+    answer_level = answer.components[mesh_component].number
+    n_rest = sum(e.component != mesh_component for e in entries)
+    mesh_attrs = frozenset(e.attr for e in selected if e.component == mesh_component)
+    rest_selected = sum(e.component != mesh_component for e in selected)
+
+    def draw(levels: list[int]) -> list[float] | None:
+        if len(selected) < N_PERTURBED:  # the tree draws several Number values (never seen with the Mesh)
+            return None
+        return alternative_distribution(rule, start, answer_level, n_rest, mesh_attrs, rest_selected, levels)
+
+    return draw
 
 
 # -------------------------------------------------------------------------------------------------
@@ -524,7 +582,8 @@ def has_hidden_lookalikes(candidates: list[Panel]) -> bool:
 def make_candidates(
     mode: str, rules: list[Rule], ranges: list[ComponentRanges], answer: Panel, s: RandomStream
 ) -> tuple[list[Panel], int, list[list[tuple[int, str]]] | None]:
-    """Candidates in ``mode`` ("balanced" or "original"), redrawn while two of them would look identical.
+    """Candidates in ``mode`` ("balanced", "original" or, with the Mesh, "mesh-faithful"), redrawn while two
+    of them would look identical.
 
     Returns ``(candidates, target, modified)`` (``modified`` is ``None`` in original mode). Raises
     ``ValueError`` for an unknown mode and for original candidates of a Mesh problem.
@@ -532,8 +591,8 @@ def make_candidates(
     mesh = has_mesh(r.layout.name for r in ranges)
     check_mode(mode, mesh)
     for _ in range(MAX_REDRAWS):
-        if mode == "balanced":
-            candidates, target, modified = balanced_candidates(rules, ranges, answer, s)
+        if mode != "original":
+            candidates, target, modified = balanced_candidates(rules, ranges, answer, s, mode == MESH_FAITHFUL)
         else:
             (candidates, target), modified = original_candidates(rules, ranges, answer, s), None
         if not has_lookalikes(candidates) and not (mesh and has_hidden_lookalikes(candidates)):

@@ -10,6 +10,7 @@ Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
     rpm-generate --out data/a-color-ood --regime A/Color --val 0 --test 10   # an all-test folder
     rpm-generate --out data/custom --held-out size:Progression --held-out type
     rpm-generate --out data/i-raven-mesh --mesh                   # I-RAVEN-Mesh (docs/generator.md, "Mesh")
+    rpm-generate --out data/mesh-faithful --mesh --mode mesh-faithful   # with raven-datasets' line-count leak
 
 Every error is one line on stderr with exit status 2 (bad options, nothing written) or 1 (the write failed).
 """
@@ -22,7 +23,7 @@ from typing import Sequence
 
 from rpm_lib.folder_lock import NotEnoughSpaceError, UnsafeLockFileError, cap_workers, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
-from rpm_lib.generator.candidates import check_mode
+from rpm_lib.generator.candidates import MODES, check_mode
 from rpm_lib.generator.writer import REGIME_FILE, write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
@@ -76,8 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--configurations", default="all",
                         help="'all' (default) or a comma-separated list of configuration folder or short names (Center, L-R, ...)")
     parser.add_argument("--seed", type=int, default=1234, help="base seed (default: 1234)")
-    parser.add_argument("--mode", choices=("balanced", "original"), default="balanced",
-                        help="candidate generation: 'balanced' = I-RAVEN (default), 'original' = RAVEN (biased)")
+    parser.add_argument("--mode", choices=MODES, default="balanced",
+                        help="candidate generation: 'balanced' = I-RAVEN (default), 'original' = RAVEN (biased), "
+                             "'mesh-faithful' = with --mesh, raven-datasets' Mesh Number alternatives (the "
+                             "answer tends to have fewer lines than its distractors)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="worker processes (default: 1; capped at the number of CPUs)")
     parser.add_argument("--start", type=int, default=0, metavar="K",

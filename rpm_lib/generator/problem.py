@@ -105,7 +105,7 @@ class Problem:
         rules: 4 rules per component, ordered (component, group N/P, Type, Size, Color); the Mesh's last.
         modified: per candidate, the (component, attribute name) pairs changed on its way from the
             answer (I-RAVEN ``Modified_attributes``; empty list for the answer). ``None`` in original mode.
-        mode: ``"balanced"`` (I-RAVEN) or ``"original"`` (RAVEN).
+        mode: ``"balanced"`` (I-RAVEN), ``"original"`` (RAVEN) or ``"mesh-faithful"`` (Mesh, raven-datasets' draws).
     """
 
     configuration: str

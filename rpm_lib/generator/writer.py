@@ -41,6 +41,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rpm_lib.data.errors import DataFormatError
+from rpm_lib.data.problem_hashes import (RAW_RECORD, note, panels_hash, raw_hashes, read_raw_record,
+                                         write_raw_record)
 from rpm_lib.folder_lock import check_free_space, exclusive_writer
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.candidates import check_mode
@@ -185,10 +188,11 @@ def _atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> Non
 
 def write_problem(
     problem: Problem, stem: str | os.PathLike, image: np.ndarray | None = None, write_xml: bool = True
-) -> None:
+) -> bytes:
     """Write ``<stem>.npz`` (and ``<stem>.xml``) for ``problem``, each atomically, the .npz first.
 
-    ``stem`` is e.g. ``problem_stem(root, configuration, k)``; its folder must exist.
+    ``stem`` is e.g. ``problem_stem(root, configuration, k)``; its folder must exist. Returns the problem's
+    content hash (``rpm_lib.data.problem_hashes.panels_hash`` of its image).
     """
     stem = Path(stem)
     arrays = npz_arrays(problem, image)
@@ -196,6 +200,7 @@ def write_problem(
     _atomic_write(stem.with_name(stem.name + ".npz"), lambda handle: write_npz(arrays, handle))
     if xml is not None:
         _atomic_write(stem.with_name(stem.name + ".xml"), lambda handle: handle.write(xml))
+    return panels_hash(arrays["image"])
 
 
 def is_complete(stem: str | os.PathLike, configuration: str, write_xml: bool = True, mesh: bool = False) -> bool:
@@ -302,8 +307,10 @@ def _npz_names(folder: Path) -> set[str]:
         return set()
 
 
-def write_chunk(job: WriteJob, chunk: Chunk) -> int:
-    """Generate and write every problem of ``chunk`` (skipping complete ones); returns the chunk length."""
+def write_chunk(job: WriteJob, chunk: Chunk) -> tuple[int, dict[str, bytes]]:
+    """Generate and write every problem of ``chunk`` (skipping complete ones); returns the chunk length and
+    the content hashes of the problems written, by .npz path relative to ``job.root``."""
+    hashes: dict[str, bytes] = {}
     for index in range(chunk.start, chunk.stop):
         stem = problem_stem(job.root, chunk.configuration, index, job.val, job.test)
         if is_complete(stem, chunk.configuration, job.write_xml, job.regime is not None and job.regime.mesh):
@@ -311,8 +318,8 @@ def write_chunk(job: WriteJob, chunk: Chunk) -> int:
         rng = problem_rng(job.seed, chunk.configuration, index)
         problem = generate_problem(chunk.configuration, rng, mode=job.mode, regime=job.regime,
                                    split=split_of(index, job.val, job.test))
-        write_problem(problem, stem, write_xml=job.write_xml)
-    return chunk.stop - chunk.start
+        hashes[f"{chunk.configuration}/{stem.name}.npz"] = write_problem(problem, stem, write_xml=job.write_xml)
+    return chunk.stop - chunk.start, hashes
 
 
 def _worker_init() -> None:
@@ -322,11 +329,11 @@ def _worker_init() -> None:
     cv2.setNumThreads(1)
 
 
-def _run_chunk(args: tuple[WriteJob, Chunk]) -> int:
+def _run_chunk(args: tuple[WriteJob, Chunk]) -> tuple[int, dict[str, bytes]]:
     return write_chunk(*args)
 
 
-def _iterate_chunks(job: WriteJob, chunks: list[Chunk], workers: int) -> Iterator[int]:
+def _iterate_chunks(job: WriteJob, chunks: list[Chunk], workers: int) -> Iterator[tuple[int, dict[str, bytes]]]:
     if workers <= 1 or len(chunks) <= 1:
         for chunk in chunks:
             yield write_chunk(job, chunk)
@@ -384,6 +391,11 @@ REGIME_FILE = "regime.json"
 #: The write lock of a generated folder (see rpm_lib.folder_lock).
 LOCK_FILE = ".rpm-generate.lock"
 
+#: generator.json's record of how a balanced Mesh folder draws its distractors' Mesh line counts
+#: (``rpm_lib.generator.mesh_balance``); Mesh folders made before it have raven-datasets' uniform draw.
+MESH_DRAW_KEY = "mesh_number_draw"
+MESH_DRAW = "answer-blind-v1"
+
 # What a settings record written before regimes existed means for the keys it lacks: such a generator could
 # only write plain I-RAVEN with the 6/2/2 split.
 _SETTINGS_BEFORE_REGIMES = {"regime": "I-RAVEN", "held_out": {}, "mesh": False, "val": 2, "test": 2}
@@ -414,6 +426,10 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
     described = regime.to_json()
     wanted = {"seed": int(seed), "mode": mode, "regime": regime.name, "held_out": described["held_out"],
               "mesh": regime.mesh, "val": val, "test": test}
+    if regime.mesh and mode == "balanced":
+        # The balanced Mesh draws its distractors' line counts answer-blind since this key exists; a Mesh folder
+        # without it holds raven-datasets' draws, and extending it would mix the two.
+        wanted[MESH_DRAW_KEY] = MESH_DRAW
     if record.is_file():
         try:
             found = json.loads(record.read_text())
@@ -422,12 +438,20 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
         if not isinstance(found, dict):
             raise GeneratorSettingsError(f"{record}: unreadable (not a JSON object)")
         found = {**_SETTINGS_BEFORE_REGIMES, **found}
+        if found.get("mesh") and MESH_DRAW_KEY not in found:
+            found[MESH_DRAW_KEY] = "raven-datasets (made before the answer-blind draw)"
         differ = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
         if differ:
             said = ", ".join(f"{k} {old!r} there, {new!r} asked" for k, (old, new) in differ.items())
             raise GeneratorSettingsError(f"{root}: holds problems generated with other settings ({said}); use the "
                                          "same settings to extend it, or another --out")
         if not (root / REGIME_FILE).is_file():  # a folder of an rpm_lib from before regime.json
+            _write_regime_file(root, regime, seed, mode, val, test)
+        elif _regime_fields(root / REGIME_FILE) != _regime_fields(None, regime_record(regime, seed, mode, val, test)):
+            # generator.json (just checked) says what the problems are; a truncated or edited regime.json must not
+            # outlive the resume that could repair it.
+            print(f"rpm-generate: note: {root / REGIME_FILE} did not match {SETTINGS_FILE}; rewritten from the "
+                  "settings", file=sys.stderr)
             _write_regime_file(root, regime, seed, mode, val, test)
         return
     if any(root.glob("*/RAVEN_*_*.npz")):
@@ -436,6 +460,75 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
         return
     _write_regime_file(root, regime, seed, mode, val, test)
     record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__}, indent=1) + "\n")
+
+
+#: The fields ``regime.json`` and ``generator.json`` both record, which must agree.
+_SHARED_FIELDS = ("regime", "held_out", "mesh", "seed", "mode", "val", "test")
+
+
+def _regime_fields(path: Path | None, data: dict | None = None) -> dict | None:
+    """The shared fields of a regime record (read from ``path`` unless ``data`` is given); None when unreadable."""
+    if data is None:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+    if not isinstance(data, dict):
+        return None
+    return {key: data.get(key) for key in _SHARED_FIELDS}
+
+
+def read_regime_record(root: str | os.PathLike) -> dict | None:
+    """The checked content of ``root``'s ``regime.json`` (:func:`regime_record`), or None when it has none.
+
+    The record must be a JSON object naming a valid regime, agree with ``generator.json`` (when present) on
+    regime, held-out groups, mesh, seed, mode and split proportions, and with the data: a Mesh regime's problems
+    have 12-row ``meta_matrix`` labels, every other regime's 8 rows (checked on the first problem file).
+
+    Raises:
+        GeneratorSettingsError: one line naming the file and the disagreement.
+    """
+    root = Path(root)
+    path = root / REGIME_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise GeneratorSettingsError(f"{path} is not readable JSON ({error})") from None
+    try:
+        regime = Regime.from_json(data)
+    except ValueError as error:
+        raise GeneratorSettingsError(f"{path}: {error}") from None
+    settings = root / SETTINGS_FILE
+    if settings.is_file():
+        try:
+            found = json.loads(settings.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise GeneratorSettingsError(f"{settings} is not readable JSON ({error})") from None
+        if not isinstance(found, dict):
+            raise GeneratorSettingsError(f"{settings}: expected a JSON object, got {type(found).__name__}")
+        found = {**_SETTINGS_BEFORE_REGIMES, **found}
+        if found.get("mesh") and MESH_DRAW_KEY not in found:
+            found[MESH_DRAW_KEY] = "raven-datasets (made before the answer-blind draw)"
+        differ = [f"{key} {data.get(key)!r} vs {found.get(key)!r}" for key in _SHARED_FIELDS
+                  if data.get(key) != found.get(key)]
+        if differ:
+            raise GeneratorSettingsError(f"{path}: disagrees with {settings} ({'; '.join(differ)}); one of them was "
+                                         "edited or replaced: regenerate the folder")
+    first = next(iter(sorted(root.glob("*/RAVEN_*_*.npz"))), None)
+    if first is not None:
+        from rpm_lib.data.validation import load_raven_npz
+
+        try:
+            rows = load_raven_npz(first, with_image=False).meta.shape[0]
+        except DataFormatError:
+            rows = None  # the dataset reports a damaged file with its own message
+        wanted = MESH_META_ROWS if regime.mesh else META_ROWS
+        if rows is not None and rows != wanted:
+            raise GeneratorSettingsError(f"{path}: says mesh={regime.mesh}, but {first} has {rows}-row meta_matrix "
+                                         f"labels ({wanted} for that regime); the record does not describe this data")
+    return data
 
 
 class GeneratorSettingsError(RuntimeError):
@@ -482,12 +575,35 @@ def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str
 
         bar = tqdm(total=total, initial=done, unit="problem", desc=f"rpm-generate -> {root}", smoothing=0.05)
     written = 0
+    hashes: dict[str, bytes] = {}
     try:
-        for finished in _iterate_chunks(job, chunks, workers):
+        for finished, chunk_hashes in _iterate_chunks(job, chunks, workers):
             written += finished
+            hashes.update(chunk_hashes)
             if bar is not None:
                 bar.update(finished)
     finally:
         if bar is not None:
             bar.close()
+        if hashes:  # an interrupted write keeps the hashes of what it finished
+            write_raw_record(root, hashes)
+    _record_missing_hashes(root, names, count, start, val, test)
     return {"total": total, "skipped": done, "written": written}
+
+
+def _record_missing_hashes(root: Path, names: list[str], count: int, start: int, val: int, test: int) -> None:
+    """Hash the requested problems the folder's record lacks (written by an interrupted or older write)."""
+    try:
+        recorded = read_raw_record(root)
+    except DataFormatError:  # damaged: rebuilt from the files
+        note(f"{root / RAW_RECORD}: damaged; rebuilding it from the problem files")
+        (root / RAW_RECORD).unlink()
+        recorded = {}
+    missing = [path for name in names for index in range(start, start + count)
+               for path in [problem_stem(root, name, index, val, test).with_suffix(".npz")]
+               if path.relative_to(root).as_posix() not in recorded]
+    if missing:
+        from rpm_lib.data.validation import load_raven_npz
+
+        found, _ = raw_hashes(root, missing, load_raven_npz)
+        write_raw_record(root, {path.relative_to(root).as_posix(): value for path, value in zip(missing, found)})

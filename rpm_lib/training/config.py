@@ -31,6 +31,12 @@ RULE_ENCODINGS: tuple[str, ...] = ("auto", *ENCODING_NAMES)
 #: Encoder tensor layouts (``auto`` resolves in ``rpm_lib.training.module.resolve_memory_format_for``).
 MEMORY_FORMATS: tuple[str, ...] = ("auto", "channels_last", "contiguous")
 DATASETS: tuple[str, ...] = ("iraven", "pgm")
+#: Learning-rate schedules within a stage (``lr_schedule``); the optimiser and schedule restart with every stage.
+LR_SCHEDULES: tuple[str, ...] = ("constant", "plateau")
+#: Mode of the frozen encoder in linear evaluation (``linear_eval_encoder_mode``).
+ENCODER_MODES: tuple[str, ...] = ("eval", "train")
+#: Training views of the stages after pre-training (``head_views``).
+HEAD_VIEWS: tuple[str, ...] = ("single", "pretrain")
 #: Lightning precision strings accepted by the ``precision`` field (``auto``: bf16/fp16 mixed on GPU, fp32 on CPU).
 PRECISIONS: tuple[str, ...] = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
 
@@ -67,6 +73,9 @@ class TrainConfig:
     progress_bar: bool = _field(True, "show progress bars (turn off for headless / SLURM logs)", "run")
     save_predictions: bool = _field(True, "write per-sample test predictions to <run_dir>/predictions.npz", "run")
     log_every_n_steps: int = _field(50, "Lightning logging interval in optimiser steps", "run", minimum=1)
+    logger: str = _field("csv", "experiment log besides history.csv (always written): csv (history.csv only) or "
+                         "tensorboard (also TensorBoard event files in <run_dir>/tensorboard/<stage>; needs "
+                         "pip install 'rpm_lib[tensorboard]')", "run", choices=("csv", "tensorboard"))
     time_budget: Union[float, None] = _field(None, "wall-clock seconds this call may run (from its start): it stops "
                                              "at a step boundary before the budget ends, leaves a resumable state, "
                                              "marks progress.json 'unfinished' (rpm-train exits with 75); rerun "
@@ -168,6 +177,26 @@ class TrainConfig:
                                                "optimisation", minimum=1)
     finetune_lr: float = _field(3e-4, "learning rate of fine-tuning (the release's 3e-4)", "optimisation",
                                 exclusive_minimum=0.0)
+    max_total_epochs: Union[int, None] = _field(None, "epoch limit of all stages together: a stage starts with "
+                                                "what earlier stages left and a stage left none does not run (the "
+                                                "release's Trainer: 30 over its three phases); null = none",
+                                                "optimisation", minimum=1)
+    lr_schedule: str = _field("constant", "learning rate within a stage: constant (the paper) or plateau "
+                              "(ReduceLROnPlateau on the val loss, restarted with every stage, as the release)",
+                              "optimisation", choices=LR_SCHEDULES)
+    lr_plateau_factor: float = _field(0.1, "plateau schedule: factor applied to the lr on a plateau (the "
+                                      "release's 0.1)", "optimisation", exclusive_minimum=0.0)
+    lr_plateau_patience: int = _field(5, "plateau schedule: epochs without val-loss improvement before the lr "
+                                      "drops (the release's 5)", "optimisation", minimum=0)
+    linear_eval_encoder_mode: str = _field("eval", "mode of the frozen encoder in linear evaluation: eval (its "
+                                           "BatchNorm statistics stay as pre-training left them: fixed features, "
+                                           "the paper's protocol) or train (BatchNorm normalises with batch "
+                                           "statistics and keeps updating them, as the release's head training)",
+                                           "optimisation", choices=ENCODER_MODES)
+    head_views: str = _field("single", "training batches of linear evaluation and fine-tuning: single (one view; "
+                             "un-augmented for linear evaluation, the setup's augmentation for fine-tuning) or "
+                             "pretrain (the pre-training views and augmentation, e.g. two augmented views for "
+                             "mlcl_aug, as the release's phases 2 and 3)", "optimisation", choices=HEAD_VIEWS)
 
     # --- hardware --------------------------------------------------------------------------------
     accelerator: str = _field("auto", "Lightning accelerator: auto, cpu, gpu, cuda, mps", "hardware",
@@ -232,7 +261,11 @@ class TrainConfig:
         try:
             values = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as error:
-            raise ConfigError(f"config file {path} is not valid YAML: {error}") from None
+            from rpm_lib.typed_values import yaml_problem
+
+            raise ConfigError(f"config file {path}: {yaml_problem(error)}") from None
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"config file {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
         if not isinstance(values, dict):
             raise ConfigError(f"config file {path}: expected a mapping of field: value, got {type(values).__name__}")
         values.update(parse_overrides(overrides or []))
@@ -345,6 +378,9 @@ class TrainConfig:
         _check_generate_regime(self.generate_regime, self.generate)
         if "image_size" in self.encoder_kwargs:
             raise ConfigError("config field 'encoder_kwargs': do not set image_size here; use the image_size field")
+        if self.lr_plateau_factor >= 1:
+            raise ConfigError(f"config field 'lr_plateau_factor': must be < 1 (it lowers the lr), got "
+                              f"{self.lr_plateau_factor!r}")
         if self.resume and self.overwrite:
             raise ConfigError("config fields 'resume' and 'overwrite': choose one (both are true)")
         from rpm_lib.encoders import list_encoders

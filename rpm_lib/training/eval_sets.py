@@ -12,8 +12,11 @@ on the ``test`` split of every folder in ``TrainConfig.test_data_roots``. Each b
 * same regime, the ``test`` split -> ``out-of-distribution`` when the regime holds attribute groups out
   (their rules in test differ from train/val), else ``in-distribution``.
 
-A cache made by ``rpm-data prepare`` has no ``regime.json`` of its own: the one of the raw folder it was built
-from (``manifest.json`` ``plan.source_root``) is used while that folder exists.
+A cache made by ``rpm-data prepare`` records its raw folder's ``regime.json`` in its ``manifest.json`` when it
+is built, and that record is used, whatever the raw folder holds later (or whether it still exists).
+
+Training-vs-test overlap is checked by content: an extra test set whose test problems have the panels of
+training problems (``RpmDataset.problem_hashes``) is refused, whatever the folders' names or records say.
 
 An out-of-distribution set may still hold configurations whose rules are drawn exactly as in training (in
 A/Position only the grids can change Number/Position, so the Center, L-R, U-D and O-IC test problems are
@@ -30,7 +33,7 @@ from typing import Any
 
 from rpm_lib.generator.regimes import REGIMES, Regime
 from rpm_lib.generator.writer import REGIME_FILE
-from rpm_lib.rules import RULE_GROUPS
+from rpm_lib.rules import MESH_META_ROWS, RULE_GROUPS
 from rpm_lib.training.config import ConfigError, TrainConfig
 
 IN_DISTRIBUTION = "in-distribution"
@@ -84,41 +87,67 @@ class RegimeInfo:
 
 
 def regime_file(root: str | Path) -> Path | None:
-    """The ``regime.json`` describing ``root``: its own, or for a cache the one of its source folder; else None."""
+    """The file recording ``root``'s regime: its ``regime.json``, or for a cache its ``manifest.json`` (field
+    ``regime``, copied from the raw folder when the cache was built); else None."""
     root = Path(root)
-    own = root / REGIME_FILE
-    if own.is_file():
-        return own
-    manifest = root / "manifest.json"
-    if manifest.is_file():
-        try:
-            source = json.loads(manifest.read_text()).get("plan", {}).get("source_root")
-        except (json.JSONDecodeError, AttributeError):
-            return None  # the cache reader reports a broken manifest with its own message
-        if isinstance(source, str) and (Path(source) / REGIME_FILE).is_file():
-            return Path(source) / REGIME_FILE
+    for name in ("manifest.json", REGIME_FILE):
+        if (root / name).is_file():
+            return root / name
     return None
 
 
 def read_regime(root: str | Path, field: str = "data_root") -> RegimeInfo | None:
-    """The regime of ``root`` (see :func:`regime_file`), or ``None`` when there is no ``regime.json``.
+    """The regime of ``root``, or ``None`` when nothing records one.
+
+    A raw folder's ``regime.json`` must agree with its ``generator.json`` and its data
+    (``writer.read_regime_record``). A cache's regime is the one its manifest recorded when it was built, whatever
+    its raw folder holds now; a cache built before manifests recorded it has none (a note says so), as its raw
+    folder may since have been regenerated with another regime.
 
     Raises:
-        ConfigError: the file is not a JSON object with a string ``regime`` (names ``field`` and the file).
+        ConfigError: an unreadable or disagreeing record (one line naming ``field`` and the file).
     """
+    from rpm_lib.data.cache import MANIFEST
+    from rpm_lib.data.problem_hashes import note
+    from rpm_lib.generator.writer import GeneratorSettingsError, read_regime_record
+
+    root = Path(root)
     path = regime_file(root)
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ConfigError(f"config field '{field}': {path} is not readable JSON ({error})") from None
+    if path.name == MANIFEST:
+        try:
+            manifest = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None  # the cache reader reports a broken manifest with its own message
+        if not isinstance(manifest, dict):
+            return None
+        if "regime" not in manifest:
+            note(f"{root}: a cache built before caches recorded their regime; its distribution is taken as unknown "
+                 "(rebuild it with `rpm-data prepare` to record it)")
+            return None
+        data = manifest["regime"]
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config field '{field}': {path}: field 'regime' must be an object or null, got "
+                              f"{data!r}")
+    else:
+        try:
+            data = read_regime_record(root)
+        except GeneratorSettingsError as error:
+            raise ConfigError(f"config field '{field}': {error}") from None
     try:
         regime = Regime.from_json(data)
     except ValueError as error:
         raise ConfigError(f"config field '{field}': {path}: {error}") from None
+    if path.name == MANIFEST:
+        rows = manifest.get("meta_rows")
+        if isinstance(rows, int) and (rows == MESH_META_ROWS) != regime.mesh:
+            raise ConfigError(f"config field '{field}': {path}: field 'regime' says mesh={regime.mesh}, but the "
+                              f"cache's labels have {rows} meta_matrix rows; the record does not describe this data")
     mode = data.get("mode")
-    numbers = {key: data.get(key) if isinstance(data.get(key), int) else None for key in ("seed", "val", "test")}
+    numbers = {key: data.get(key) if type(data.get(key)) is int else None for key in ("seed", "val", "test")}
     return RegimeInfo(regime=regime, mode=None if mode is None else str(mode), path=path, **numbers)
 
 
@@ -214,7 +243,8 @@ def extra_sets(config: TrainConfig) -> list[EvalSet]:
 
 def check_extra_sets(config: TrainConfig) -> None:
     """Fail before training when an extra test set cannot be evaluated: the folder is missing, its
-    ``regime.json`` is broken, or it has no readable test problems for this run (configurations, image size).
+    ``regime.json`` is broken, it has no readable test problems for this run (configurations, image size), or
+    its test problems repeat training problems (by content, :func:`_check_overlap`).
 
     Raises:
         ConfigError: one line naming ``test_data_roots`` and the folder.
@@ -229,18 +259,56 @@ def check_extra_sets(config: TrainConfig) -> None:
             raise ConfigError(f"config field 'test_data_roots': {root} does not exist"
                               + ("" if not root.exists() else " as a folder"))
         evaluated = read_regime(root, field="test_data_roots")
-        if root.resolve() == Path(config.data_root).resolve() or (
-                evaluated is not None and trained is not None and evaluated.path == trained.path):
+        if root.resolve() == Path(config.data_root).resolve():
             raise ConfigError(f"config field 'test_data_roots': {root} is the training data (data_root); its test "
                               "split is already evaluated as 'test'")
         _check_streams(trained, evaluated, root)
         try:
-            count = len(make_dataset(config, "test", root=root))
+            dataset = make_dataset(config, "test", root=root)
+            if len(dataset) and Path(config.data_root).exists():
+                _check_overlap(config, dataset, root)
         except DataFormatError as error:  # its message names the folder or file already, when it can
             where = "" if str(root) in str(error) else f"{root}: "
             raise ConfigError(f"config field 'test_data_roots': {where}{error}") from None
-        if count == 0:
+        if len(dataset) == 0:
             raise ConfigError(f"config field 'test_data_roots': no test problems found in {root}")
+
+
+def _check_overlap(config: TrainConfig, tested: Any, root: Path) -> None:
+    """Refuse an extra test set whose test problems are training problems (same panels, ``problem_hashes``) or
+    are exactly the training data's own test split, whatever the folders are called or their records say.
+
+    ``tested``: the ``RpmDataset`` of ``root``'s test split. Folders whose problems cannot be hashed (an old cache of
+    resized panels) are let through after the note ``problem_hashes`` prints.
+    """
+    from rpm_lib.data import DataFormatError
+    from rpm_lib.data.problem_hashes import shared_problems
+    from rpm_lib.training.datamodule import make_dataset
+
+    test_hashes = tested.problem_hashes()
+    if test_hashes is None:
+        return
+    for split in ("train", "val", "test"):
+        try:
+            own = make_dataset(config, split)
+        except DataFormatError:
+            continue  # a training folder without this split: nothing to share
+        hashes = own.problem_hashes()
+        if hashes is None:
+            return
+        shared = shared_problems(hashes, test_hashes)
+        if split == "test":
+            if len(shared) == len(test_hashes) == len(hashes):
+                raise ConfigError(f"config field 'test_data_roots': {root} holds the training data's test problems "
+                                  f"(same panels as {config.data_root}'s test split); they are already evaluated as "
+                                  "'test'")
+            continue
+        if shared:
+            i, j = shared[0]
+            raise ConfigError(f"config field 'test_data_roots': {root}: {len(shared)} of its {len(test_hashes)} test "
+                              f"problems have the panels of {split} problems of {config.data_root} (e.g. "
+                              f"{tested.source_ids[j]} = {own.source_ids[i]}); a test set must not repeat what the "
+                              "model trained on")
 
 
 def training_regime(config: TrainConfig) -> RegimeInfo | None:

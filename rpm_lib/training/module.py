@@ -5,9 +5,11 @@ One :class:`RpmModule` lives through all stages of a run (see :mod:`rpm_lib.trai
 
 * parts a stage does not train are frozen (``requires_grad=False``) **and kept in eval mode**, so
   BatchNorm running statistics and dropout of a frozen encoder do not move during linear evaluation
-  (the MLCL release only set ``requires_grad``; its BN statistics kept changing);
+  (the MLCL release only set ``requires_grad``; its BN statistics kept changing, which
+  ``linear_eval_encoder_mode="train"`` reproduces);
 * the optimiser (Adam, betas / eps from the config) is rebuilt for every stage over the trainable
-  parameters only.
+  parameters only, with the ``lr_schedule`` (constant, or ReduceLROnPlateau on ``val/loss``) restarted at the
+  stage's lr.
 
 Batch layout (from :class:`rpm_lib.training.datamodule.RpmDataModule`):
 ``panels`` uint8 (B, 16, S, S) or (B, V, 16, S, S) for V views, ``target`` int64 (B,), ``rules`` float32
@@ -80,7 +82,8 @@ class RpmModule(L.LightningModule):
         self.projection_head = (ProjectionHead(dim, config.projection_dim) if uses_projection_head(config)
                                 else None)
         self.plan: StagePlan | None = None
-        self._frozen: list[nn.Module] = []
+        self._frozen: list[nn.Module] = []  # not trained and kept in eval mode
+        self._no_grad: list[nn.Module] = []  # not trained (a superset of _frozen: see StagePlan.encoder_train_mode)
         self._epoch_loss_sum: torch.Tensor | float = 0.0
         self._epoch_loss_count = 0
         self._epoch_parts: dict[str, torch.Tensor | float] = {}  # name -> sum of term * batch size this epoch
@@ -107,13 +110,16 @@ class RpmModule(L.LightningModule):
             "projection_head": plan.trains_projection_head,
         }
         self._frozen = []
+        self._no_grad = []
         for name, is_trained in trained.items():
             part = getattr(self, name)
             if part is None:
                 continue
             part.requires_grad_(is_trained)
             if not is_trained:
-                self._frozen.append(part)
+                self._no_grad.append(part)
+                if not (name == "encoder" and plan.encoder_train_mode):
+                    self._frozen.append(part)
         self.train(self.training)
 
     def train(self, mode: bool = True) -> "RpmModule":
@@ -140,7 +146,7 @@ class RpmModule(L.LightningModule):
         weight = next(self.encoder.parameters(), None)
         if weight is not None and weight.dtype != x.dtype:  # "16-true" / "bf16-true" / "64-true" precision
             x = x.to(weight.dtype)
-        if self.encoder in self._frozen:
+        if self.encoder in self._no_grad:
             with torch.no_grad():
                 return self.encoder(x)
         return self.encoder(x)
@@ -260,7 +266,20 @@ class RpmModule(L.LightningModule):
             self.log(f"val/{name}", term, on_step=False, on_epoch=True, batch_size=size, sync_dist=True,
                      prog_bar=name == "accuracy")
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
+    def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
+        """The stage's Adam; with ``lr_schedule="plateau"`` a Lightning dict that adds ReduceLROnPlateau on
+        ``val/loss`` (checked after every validation, as the release's scheduler)."""
+        optimizer = self.make_optimizer()
+        cfg = self.config
+        if cfg.lr_schedule == "constant":
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg.lr_plateau_factor,
+                                                               patience=cfg.lr_plateau_patience)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss", "interval": "epoch", "frequency": 1}}
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the current stage's trainable parameters at the stage's lr (no schedule)."""
         plan = self._require_plan()
         params = self.trainable_parameters()
         if not params:

@@ -6,7 +6,8 @@ Run folder (``config.run_dir``)::
     checkpoints/<stage>/ last.ckpt (every epoch) and best.ckpt (lowest val loss) of each stage
     progress.json        finished stages and their summaries (what `resume` skips)
     history.csv          stage, epoch, step, train_loss, val_loss, val_accuracy, lr
-    metrics.json         final val / test metrics, per configuration, rule metrics, config, seed, versions, and
+    metrics.json         final val / test metrics, per configuration, rule metrics, the protocol they measure
+                         (linear evaluation, fine-tuned, ...: rpm_lib.training.setups.PROTOCOLS), config, seed, versions, and
                          test_sets: one entry per evaluated set (val, test, every test_data_roots folder) labelled
                          in- / out-of-distribution (rpm_lib.training.eval_sets)
     predictions.npz      per-sample test predictions (see rpm_lib.training.evaluation.Predictions)
@@ -53,6 +54,7 @@ from rpm_lib.run_progress import FINISHED, UNFINISHED
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.loggers import TENSORBOARD_DIR, check_logger, stage_loggers
 from rpm_lib.training.datamodule import RpmDataModule
 from rpm_lib.training.generation import ensure_generated
 from rpm_lib.training.eval_sets import (EvalSet, check_extra_sets, extra_sets, main_sets, read_regime,
@@ -60,10 +62,11 @@ from rpm_lib.training.eval_sets import (EvalSet, check_extra_sets, extra_sets, m
 from rpm_lib.training.evaluation import answer_summary, predict
 from rpm_lib.training.module import RpmModule
 from rpm_lib.data.seeding import derive_seed
-from rpm_lib.training.setups import SETUPS, StagePlan, stage_plan
+from rpm_lib.training.setups import SETUPS, StagePlan, protocol_of, stage_plan, within_total_epochs
 
 #: Files and folders of a run that ``overwrite`` deletes and ``resume`` continues.
-RUN_ARTIFACTS: tuple[str, ...] = ("checkpoints", "progress.json", "history.csv", "metrics.json", "predictions.npz")
+RUN_ARTIFACTS: tuple[str, ...] = ("checkpoints", "progress.json", "history.csv", "metrics.json", "predictions.npz",
+                                  TENSORBOARD_DIR)
 #: The per-set prediction files of extra test sets (``predictions_<name>.npz``), also deleted by ``overwrite``.
 EXTRA_PREDICTIONS_GLOB = "predictions_*.npz"
 
@@ -73,7 +76,7 @@ RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
     "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
     "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
-    "fused_adam",
+    "fused_adam", "logger",
     "data_root", "run_dir",
 })
 
@@ -110,6 +113,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     deadline = Deadline(config.time_budget, stop_file=Path(config.run_dir) / STOP_FILE)
     # Fail before touching the run folder.
     resolve_precision(config)
+    check_logger(config)
     if not config.generate and not Path(config.data_root).exists():
         raise ConfigError(f"config field 'data_root': {config.data_root} does not exist (set generate=true to create "
                           "a small I-RAVEN there, or point it at a dataset / cache)")
@@ -137,10 +141,20 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         record = ProgressRecord(run_dir, progress, rank == 0)
         trainer: L.Trainer | None = None
         datamodule: RpmDataModule | None = None
-        for plan in plans:
+        for index, full_plan in enumerate(plans):
+            # max_total_epochs: a stage gets what the earlier stages left; one left nothing does not run.
+            epochs_done = sum(int(stages.get(p.name, {}).get("epochs", 0)) for p in plans[:index])
+            plan = within_total_epochs(full_plan, epochs_done, config)
+            if plan is None:
+                stages[full_plan.name] = {"name": full_plan.name, "completed": True, "skipped": True, "epochs": 0,
+                                          "global_step": 0}
+                continue
             module.set_stage(plan)
             datamodule = RpmDataModule(config, plan, fingerprint=record.check_data)
             done = stages.get(plan.name)
+            if done and done.get("skipped"):
+                raise ConfigError(f"resume: {run_dir}/progress.json says stage {plan.name} was skipped, but the "
+                                  "epochs of the stages before it leave it some; use overwrite=true")
             if done and done.get("completed"):
                 _load_weights(module, _inside_run_dir(run_dir, done.get("weights")))
                 continue
@@ -162,7 +176,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             record.check_data(config.data_root)
         if not record.has_time_for_evaluation(deadline, config):
             return record.unfinished(config, "evaluation", stages, began)
-        metrics = _evaluate(config, module, datamodule, trainer, run_dir)
+        metrics = _evaluate(config, module, datamodule, trainer, run_dir,
+                            [p.name for p in plans if not stages[p.name].get("skipped")])
         metrics["stages"] = [stages[p.name] for p in plans]
         metrics.update(_provenance(config, time.perf_counter() - began))
         metrics["status"] = FINISHED
@@ -347,6 +362,7 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callback
     history = HistoryCallback(Path(config.run_dir) / "history.csv", plan.name)
     budget = ([TimeBudgetStop(deadline, plan.name, stage_dir / "last.ckpt", config.max_steps)]
               if deadline is not None and deadline.active else [])
+    logger, logger_callbacks = stage_loggers(config, plan)
     trainer = L.Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
@@ -358,8 +374,8 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callback
         limit_val_batches=config.limit_val_batches,
         num_sanity_val_steps=0,
         callbacks=[history, FiniteLossGuard(plan.name), StepLimit(config.max_steps), early_stopping, checkpoint,
-                   *callbacks, *budget],
-        logger=False,
+                   *logger_callbacks, *callbacks, *budget],
+        logger=logger,
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,
         log_every_n_steps=config.log_every_n_steps,
@@ -486,13 +502,15 @@ def _eval_device(config: TrainConfig, trainer: L.Trainer | None) -> torch.device
 
 
 def _evaluate(config: TrainConfig, module: RpmModule, datamodule: RpmDataModule, trainer: L.Trainer | None,
-              run_dir: Path) -> dict[str, Any]:
-    """Final metrics: the flat val / test keys (unchanged) and ``test_sets``, one entry per evaluated set."""
+              run_dir: Path, stages_run: list[str]) -> dict[str, Any]:
+    """Final metrics: the flat val / test keys (unchanged) and ``test_sets``, one entry per evaluated set; the
+    ``protocol`` (``rpm_lib.training.setups.PROTOCOLS``) says what the final weights measure."""
     device = _eval_device(config, trainer)
     precision = resolve_precision(config)
+    protocol = protocol_of(config, stages_run)
     # A fine-tuned run is not the paper's linear evaluation: its label says so (Table 1 rows stay linear-eval).
-    label = SETUPS[config.setup].label + ("+FT" if config.finetune else "")
-    metrics: dict[str, Any] = {"setup": config.setup, "setup_label": label,
+    label = SETUPS[config.setup].label + ("+FT" if protocol == "fine_tuned" else "")
+    metrics: dict[str, Any] = {"setup": config.setup, "setup_label": label, "protocol": protocol,
                                "encoder": config.encoder, "dataset": config.dataset}
     # Read after training: with generate=true the data (and its regime.json) exist only from the first stage on.
     trained = read_regime(config.data_root)

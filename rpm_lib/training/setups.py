@@ -12,6 +12,9 @@ setup                   stages
 ======================  =====================================================================
 
 Any setup can append ``finetune`` (``config.finetune``): encoder + scoring head, answer loss only.
+What a run's final weights measure is its *protocol* (:data:`PROTOCOLS`, :func:`protocol_of`): a contrastive
+run that ends after linear evaluation reports the paper's Table 1 protocol; one that ran ``finetune`` reports a
+fine-tuned encoder (the release's phase 3), which is never a Table 1 number.
 Ablations are config values: ``beta=0`` (contrastive only), ``gamma=0`` (auxiliary only),
 ``negatives=none`` (no wrong completions in the MLCL denominator), sweeps over ``beta`` / ``batch_size``.
 """
@@ -25,6 +28,13 @@ if TYPE_CHECKING:
 
 #: Stage names, in the order they run.
 STAGES: tuple[str, ...] = ("supervised", "pretrain", "linear", "finetune")
+
+#: What the final weights of a run measure, by the last stage that trained: ``linear_evaluation`` (frozen
+#: pre-trained encoder + linear scoring head: the paper's protocol for the MLCL rows of Table 1),
+#: ``fine_tuned`` (the encoder was trained end to end with the answer loss after pre-training: the release's
+#: phase 3), ``supervised`` (a supervised setup trained end to end; the CE rows of Table 1),
+#: ``untrained_head`` (``max_total_epochs`` ended a contrastive run before its scoring head trained: chance).
+PROTOCOLS: tuple[str, ...] = ("linear_evaluation", "fine_tuned", "supervised", "untrained_head")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +86,8 @@ class StagePlan:
         num_views: views per RPM (2 = two augmented views).
         augment: augmentation recipe for training batches (``"none"`` = identity).
         reset_scoring_head: re-initialise the scoring head before the stage (linear evaluation).
+        encoder_train_mode: a frozen encoder stays in train mode (BatchNorm uses batch statistics and updates
+            its running ones), as the release's head training; otherwise a frozen encoder is in eval mode.
     """
 
     name: str
@@ -89,6 +101,7 @@ class StagePlan:
     num_views: int
     augment: str
     reset_scoring_head: bool = False
+    encoder_train_mode: bool = False
 
     @property
     def trains_scoring_head(self) -> bool:
@@ -122,6 +135,7 @@ def stage_plan(config: "TrainConfig") -> list[StagePlan]:
     """The stages ``config`` runs, in order."""
     spec = SETUPS[config.setup]
     augment = config.resolved_augment
+    pretrain_views = config.head_views == "pretrain"
     stages: list[StagePlan] = []
     if spec.contrastive:
         stages.append(StagePlan(
@@ -132,8 +146,9 @@ def stage_plan(config: "TrainConfig") -> list[StagePlan]:
         stages.append(StagePlan(
             name="linear", max_epochs=config.linear_eval_epochs or config.max_epochs,
             lr=config.linear_eval_lr or config.lr, batch_size=config.linear_eval_batch_size or config.batch_size,
-            train_encoder=False, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0, num_views=1,
-            augment="none", reset_scoring_head=True,
+            train_encoder=False, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0,
+            num_views=spec.num_views if pretrain_views else 1, augment=augment if pretrain_views else "none",
+            reset_scoring_head=True, encoder_train_mode=config.linear_eval_encoder_mode == "train",
         ))
     else:
         stages.append(StagePlan(
@@ -145,7 +160,27 @@ def stage_plan(config: "TrainConfig") -> list[StagePlan]:
         stages.append(StagePlan(
             name="finetune", max_epochs=config.finetune_epochs or config.max_epochs, lr=config.finetune_lr,
             batch_size=config.batch_size,
-            train_encoder=True, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0, num_views=1,
-            augment=augment,
+            train_encoder=True, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0,
+            num_views=spec.num_views if pretrain_views else 1, augment=augment,
         ))
     return stages
+
+
+def within_total_epochs(plan: StagePlan, epochs_done: int, config: "TrainConfig") -> StagePlan | None:
+    """``plan`` with its epoch limit cut to what ``max_total_epochs`` leaves after ``epochs_done`` epochs of
+    earlier stages; ``None`` when nothing is left (the stage does not run). Unchanged without a total limit."""
+    if config.max_total_epochs is None:
+        return plan
+    left = config.max_total_epochs - epochs_done
+    if left <= 0:
+        return None
+    return dataclasses.replace(plan, max_epochs=min(plan.max_epochs, left))
+
+
+def protocol_of(config: "TrainConfig", stages_run: list[str]) -> str:
+    """The :data:`PROTOCOLS` entry of a run whose stages ``stages_run`` (names, in order) trained."""
+    if "finetune" in stages_run:
+        return "fine_tuned"
+    if not SETUPS[config.setup].contrastive:
+        return "supervised"
+    return "linear_evaluation" if "linear" in stages_run else "untrained_head"

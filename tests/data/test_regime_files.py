@@ -21,7 +21,7 @@ SPLITS = ("train", "val", "test")
 SAMPLE_KEYS = {"panels", "target", "rules_dense", "rules_sparse", "configuration", "index", "source_id"}
 #: Every file of a finished cache (docs: data_README.md section 4).
 CACHE_FILES = {"manifest.json", "panels.npy", "targets.npy", "meta.npy", "meta_target.npy", "groups.npy", "splits.npy",
-               "file_ids.npy", "valid.npy"}
+               "file_ids.npy", "valid.npy", "problem_hashes.npy"}
 AIRAVEN_CONFIGURATIONS = ["center_single", "in_distribute_four_out_center_single"]
 
 

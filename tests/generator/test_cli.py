@@ -103,6 +103,7 @@ def test_out_must_be_a_writable_folder(capsys, tmp_path):
     (["--regime", "A/Colour"], "argument --regime: invalid choice: 'A/Colour'"),
     (["--regime", "I-RAVEN-Mesh", "--mode", "original"], "not defined for a Mesh problem"),
     (["--mesh", "--mode", "original"], "not defined for a Mesh problem"),
+    (["--mode", "mesh-faithful"], "mode 'mesh-faithful' (raven-datasets' Mesh Number alternatives) needs the Mesh"),
     (["--val", "6", "--test", "5"], "--val/--test: val + test must be at most 10 tenths"),
     (["--test", "-1"], "--val/--test: test must be a whole number of tenths >= 0"),
 ])

@@ -180,6 +180,23 @@ def test_a_folder_of_other_settings_is_refused_and_the_settings_are_recorded(tmp
     assert writer.write_dataset(tmp_path, SMALL, count=3, seed=5, progress=False)["written"] == len(SMALL)
 
 
+def test_a_mesh_folder_of_the_draw_before_the_answer_blind_one_is_not_extended(tmp_path):
+    writer.write_dataset(tmp_path, SMALL, count=1, seed=5, progress=False, regime="I-RAVEN-Mesh")
+    record = json.loads((tmp_path / writer.SETTINGS_FILE).read_text())
+    assert record[writer.MESH_DRAW_KEY] == writer.MESH_DRAW
+    del record[writer.MESH_DRAW_KEY]  # what an rpm_lib before the answer-blind draw wrote
+    (tmp_path / writer.SETTINGS_FILE).write_text(json.dumps(record))
+    with pytest.raises(writer.GeneratorSettingsError, match=r"mesh_number_draw 'raven-datasets .*' there, "
+                                                            r"'answer-blind-v1' asked"):
+        writer.write_dataset(tmp_path, SMALL, count=2, seed=5, progress=False, regime="I-RAVEN-Mesh")
+    # The faithful mode is raven-datasets' draw, named by its mode; plain folders never carry the key.
+    writer.write_dataset(tmp_path / "faithful", SMALL, count=1, seed=5, progress=False, regime="I-RAVEN-Mesh",
+                         mode="mesh-faithful")
+    writer.write_dataset(tmp_path / "plain", SMALL, count=1, seed=5, progress=False)
+    for folder in ("faithful", "plain"):
+        assert writer.MESH_DRAW_KEY not in json.loads((tmp_path / folder / writer.SETTINGS_FILE).read_text())
+
+
 def test_a_second_writer_is_refused_naming_the_first(tmp_path):
     from rpm_lib.folder_lock import FolderBusyError, exclusive_writer
 

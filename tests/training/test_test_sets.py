@@ -71,15 +71,18 @@ def test_same_name_with_other_held_out_groups_or_mode_is_another_distribution(tm
     assert base.held_out == ("Color:Constant",)
 
 
-def test_a_cache_uses_the_regime_json_of_its_source_folder(tmp_path: Path) -> None:
+def test_a_cache_uses_the_regime_its_manifest_recorded_not_its_source_folder(tmp_path: Path) -> None:
     source = _folder(tmp_path / "raw", A_COLOR)
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "manifest.json").write_text(json.dumps({"plan": {"source_root": str(source)}}))
-    assert regime_file(cache) == source / "regime.json"
+    record = json.loads((source / "regime.json").read_text())
+    (cache / "manifest.json").write_text(json.dumps({"plan": {"source_root": str(source)}, "regime": record}))
+    assert regime_file(cache) == cache / "manifest.json"
     assert read_regime(cache).name == "A/Color"
-    (source / "regime.json").unlink()  # the source folder no longer says what it was
-    assert read_regime(cache) is None
+    (source / "regime.json").write_text(json.dumps(I_RAVEN))  # the source folder regenerated with another regime
+    assert read_regime(cache).name == "A/Color"
+    (cache / "manifest.json").write_text(json.dumps({"plan": {"source_root": str(source)}}))  # an older cache
+    assert read_regime(cache) is None  # its raw folder may hold other problems now: unknown, with a note
 
 
 @pytest.mark.parametrize("text, message", [

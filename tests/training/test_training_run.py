@@ -177,7 +177,8 @@ def test_cli_trains_from_yaml_and_generates_data(tmp_path: Path, capsys: pytest.
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics["test_accuracy_per_configuration"]) <= {"center_single", "in_distribute_four_out_center_single"}
     assert sorted(p.name for p in (tmp_path / "generated").iterdir()) == [
-        ".rpm-generate.lock", "center_single", "generator.json", "in_distribute_four_out_center_single", "regime.json"]
+        ".rpm-generate.lock", "center_single", "generator.json", "in_distribute_four_out_center_single",
+        "problem_hashes.json", "regime.json"]
     assert cli.main(["--config", str(config_file), f"run_dir={run_dir}"]) == 2  # refuses to overwrite
 
 
