@@ -8,7 +8,7 @@ from typing import Any
 
 
 def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "",
-                missing_ok: bool = False) -> dict[str, Any]:
+                missing_ok: bool = False, shown: str | None = None) -> dict[str, Any]:
     """The JSON object in ``path``.
 
     Args:
@@ -16,6 +16,7 @@ def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "
         error: the exception type raised for a file that is not a JSON object (the caller's own error type).
         advice: appended to the message after ``; `` (what the user can do).
         missing_ok: return ``{}`` for a missing file instead of raising ``FileNotFoundError``.
+        shown: how the messages name the file (default: ``path`` as given), e.g. its name alone in a table cell.
 
     Raises:
         error: ``<path>: not valid JSON (...)`` or ``<path>: expected a JSON object, got list``.
@@ -23,10 +24,11 @@ def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "
     if missing_ok and not path.is_file():
         return {}
     suffix = f"; {advice}" if advice else ""
+    name = path if shown is None else shown
     try:
         value = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as problem:
-        raise error(f"{path}: not valid JSON ({problem}){suffix}") from None
+        raise error(f"{name}: not valid JSON ({problem}){suffix}") from None
     if not isinstance(value, dict):
-        raise error(f"{path}: expected a JSON object, got {type(value).__name__}{suffix}")
+        raise error(f"{name}: expected a JSON object, got {type(value).__name__}{suffix}")
     return value

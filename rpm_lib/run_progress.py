@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpm_lib.json_files import read_object
 from rpm_lib.training.history import history_rows
 
 #: ``progress.json`` status values (written by ``rpm_lib.training.run``).
@@ -35,15 +36,7 @@ _DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError, UnicodeD
 
 def _record(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; {} when absent. Raises ``ValueError`` naming the file when it is not one."""
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path.name}: not valid JSON ({error})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{path.name}: expected a JSON object, got {type(value).__name__}")
-    return value
+    return read_object(path, ValueError, missing_ok=True, shown=path.name)
 
 
 def stopped_by_budget(run_dir: str | Path) -> bool:
