@@ -5,8 +5,13 @@
 #   run: bash bench/gpu_session.sh      (carry .device from `make device-wheels`; timeout_s 600)
 #   here: python bench/campaign_record.py <files_at>; the profile and the logs are in <files_at>/extras.tar.gz
 #
+# SESSION_SECOND=linear-eval puts the linear-evaluation probe (docs/linear-evaluation.md, ~4 min on the
+# campaign's data) in the profile's place; give the slice less then: SESSION_CAMPAIGN_SECONDS=300.
+#
 # $OUT gets at most 8 files back: the campaign's state (1-2 parts), progress.md/json, table1.md, slice.json,
-# gpu_util.csv, and extras.tar.gz (campaign.log, profile.log, profile/profile.json, profile/trace_lightning.json.gz).
+# gpu_util.csv, and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files: profile.log,
+# profile/profile.json, profile/trace_lightning.json.gz; or linear_eval/pretrain.json, history.csv, probe.json,
+# probe.txt).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STARTED=$(date +%s)
@@ -20,8 +25,24 @@ SESSION_SECONDS=${SESSION_SECONDS:-585}
 export CAMPAIGN_SECONDS=${SESSION_CAMPAIGN_SECONDS:-430} OUT
 bash bench/gpu_campaign.sh 2>&1 | tee /tmp/session-extras/campaign.log | grep -v "^\s*$" | tail -40
 left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
-echo "gpu_session: profile with ${left} s left"
-if (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
+SECOND=${SESSION_SECOND:-profile}
+echo "gpu_session: $SECOND with ${left} s left"
+if [[ $SECOND == linear-eval ]]; then
+    X=/tmp/session-extras/linear_eval
+    mkdir -p "$X"
+    # MLCL+AUG pre-training with encoder snapshots at 4 and 8 epochs, then the probe over them (the puzzle:
+    # 76 % -> 61 % linear evaluation after longer pre-training; how to read probe.txt: docs/linear-evaluation.md).
+    timeout "$left" "$PY" bench/linear_eval_probe.py pretrain --snapshot-steps 1312,2624 setup=mlcl_aug encoder=scl \
+        data_root=data/i-raven-80 image_size=80 batch_size=128 lr=0.002 max_epochs=8 linear_eval_epochs=1 \
+        max_val_samples=4000 max_test_samples=2000 num_workers=14 accelerator=gpu devices=1 progress_bar=false \
+        save_predictions=false run_dir=/tmp/lep/run >"$X/pretrain.json" 2>"$X/pretrain.log"
+    cp /tmp/lep/run/history.csv "$X/" 2>/dev/null
+    left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
+    (( left > 20 )) && timeout "$left" "$PY" bench/linear_eval_probe.py probe /tmp/lep/run \
+        --checkpoints step-0001312,step-0002624,best --num-train 10000 --num-val 4000 --steps 500,1000,3000 \
+        --num-workers 8 --out "$X/probe.json" >"$X/probe.txt" 2>&1
+    tail -c 4000 "$X/probe.txt" 2>/dev/null
+elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
     # SESSION_PROFILE: the profile's options; by default the compiled encoder and fused vs per-parameter Adam
     # beside the eager step (case a), the Lightning fit with 40 validation batches (c) and the GPU busy fraction (d).
     # shellcheck disable=SC2086
