@@ -85,7 +85,7 @@ from typing import Any
 
 import yaml
 
-from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs
+from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs, stage_views
 from rpm_lib.notebook_execution import execute_notebook
 from rpm_lib.run_progress import UNFINISHED_EXIT_CODE, stopped_by_budget
 
@@ -587,8 +587,9 @@ def _watcher(config: BatchConfig, todo: Sequence[tuple[RunSpec, Path]], log: Cal
 
     training = set(TrainConfig.field_names()) <= notebook_parameters(config.template)
     planned = {f"{s.grid}/{s.name}": stage_epochs(s.parameters) if training else None for s, _ in todo}
+    views = {f"{s.grid}/{s.name}": stage_views(s.parameters) if training else None for s, _ in todo}
     return LiveProgress([(f"{s.grid}/{s.name}", d) for s, d in todo], log, stall_s=60.0 * stall_minutes,
-                        planned=planned, jobs=jobs)
+                        planned=planned, jobs=jobs, views=views)
 
 
 def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out: str | Path | None = None,

@@ -55,11 +55,12 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min"
 
 
-def stage_epochs(values: Mapping[str, Any]) -> dict[str, int] | None:
-    """Epoch limit of each stage (in order) of the training a mapping of TrainConfig fields describes; keys that are
-    not TrainConfig fields are ignored. None when the values are not a valid TrainConfig."""
+def _stage_plans(values: Mapping[str, Any]) -> list[Any] | None:
+    """The stages (``StagePlan``, in order, epoch limits cut by ``max_total_epochs``) of the training a mapping of
+    TrainConfig fields describes; keys that are not TrainConfig fields are ignored. None when the values are not a
+    valid TrainConfig."""
     from rpm_lib.training.config import ConfigError, TrainConfig
-    from rpm_lib.training.setups import stage_plan
+    from rpm_lib.training.setups import stage_plan, within_total_epochs
 
     names = set(TrainConfig.field_names())
     try:
@@ -67,27 +68,35 @@ def stage_epochs(values: Mapping[str, Any]) -> dict[str, int] | None:
         plans = stage_plan(config)
     except (ConfigError, TypeError, ValueError):
         return None
-    try:  # a limit on all stages together (max_total_epochs), where this version of rpm_lib has one
-        from rpm_lib.training.setups import within_total_epochs
-    except ImportError:
-        return {plan.name: plan.max_epochs for plan in plans}
-    epochs: dict[str, int] = {}
+    kept: list[Any] = []
     for full in plans:
-        plan = within_total_epochs(full, sum(epochs.values()), config)
+        plan = within_total_epochs(full, sum(p.max_epochs for p in kept), config)
         if plan is not None:
-            epochs[plan.name] = plan.max_epochs
-    return epochs
+            kept.append(plan)
+    return kept
 
 
-def run_stage_epochs(run_dir: Path) -> dict[str, int] | None:
-    """:func:`stage_epochs` of the run's own ``config.yaml`` (None while it is missing or unreadable)."""
+def stage_epochs(values: Mapping[str, Any]) -> dict[str, int] | None:
+    """Epoch limit of each stage (in order) of the training ``values`` describe (see :func:`_stage_plans`)."""
+    plans = _stage_plans(values)
+    return None if plans is None else {plan.name: plan.max_epochs for plan in plans}
+
+
+def stage_views(values: Mapping[str, Any]) -> dict[str, int] | None:
+    """Views per RPM of each stage (MLCL pre-training: 2): an epoch's cost scales with them, so a stage not yet
+    measured is estimated from a measured one per view."""
+    plans = _stage_plans(values)
+    return None if plans is None else {plan.name: plan.num_views for plan in plans}
+
+
+def _run_config(run_dir: Path) -> dict[str, Any] | None:
     import yaml
 
     try:
         values = yaml.safe_load((run_dir / "config.yaml").read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
-    return stage_epochs(values) if isinstance(values, dict) else None
+    return values if isinstance(values, dict) else None
 
 
 @dataclass
@@ -112,21 +121,28 @@ class _Run:
     notices: int = 0
     own_plan: bool = False
     end_marks: dict[str, int | None] = field(default_factory=dict)  # END_FILES' mtime_ns when it started
+    views: dict[str, int] | None = None  # views per RPM of each stage, when known
 
     def plan(self) -> dict[str, int] | None:
         """The epoch limits, from the run's own ``config.yaml`` once it has one."""
         if self.started is not None and not self.own_plan:
-            own = run_stage_epochs(self.run_dir)
+            values = _run_config(self.run_dir)
+            own = None if values is None else stage_epochs(values)
             if own is not None:
-                self.planned, self.own_plan = own, True
+                self.planned, self.views, self.own_plan = own, stage_views(values), True
         return self.planned
 
-    def remaining_seconds(self, fallback_rate: float | None) -> float | None:
-        """Estimated seconds left in training (None: no epoch limit or no measured rate yet)."""
+    def view_count(self, stage: str) -> int:
+        return max(1, (self.views or {}).get(stage, 1))
+
+    def remaining_seconds(self, fallback_per_view: float | None) -> float | None:
+        """Estimated seconds left in training (None: no epoch limit or no measured rate yet). A stage not measured
+        yet costs the latest measured stage's seconds per epoch and view times its own views."""
         plan = self.planned
         rates = {stage: sum(v) / len(v) for stage, v in self.epoch_seconds.items() if v}
-        latest = rates.get(self.last_stage or "") or (list(rates.values())[-1] if rates else fallback_rate)
-        if plan is None or latest is None:
+        measured = self.last_stage if self.last_stage in rates else (list(rates)[-1] if rates else None)
+        per_view = rates[measured] / self.view_count(measured) if measured is not None else fallback_per_view
+        if plan is None or per_view is None:
             return None
         stages = list(plan)
         current = stages.index(self.last_stage) if self.last_stage in stages else 0
@@ -135,7 +151,7 @@ class _Run:
             if position < current:
                 continue
             epochs = max(0, plan[stage] - self.done.get(stage, 0)) if position == current else plan[stage]
-            left += epochs * rates.get(stage, latest)
+            left += epochs * rates.get(stage, per_view * self.view_count(stage))
         return left
 
 
@@ -173,6 +189,7 @@ class LiveProgress:
         stall_s: seconds without any change in a started run's folder before ``no progress`` is reported.
         poll_s: seconds between two looks (the thread of :meth:`start`; default :data:`POLL_SECONDS`).
         planned: key -> epoch limit per stage, for runs whose training is known before they start (grid ETA).
+        views: key -> views per RPM of each stage (:func:`stage_views`), which scale an epoch's estimated cost.
         jobs: runs executed at once (the grid's ETA shares the work left among them).
         clock: seconds, monotonic (tests pass their own).
 
@@ -183,7 +200,8 @@ class LiveProgress:
 
     def __init__(self, runs: Sequence[tuple[str, Path]], log: Callable[[str], Any], stall_s: float = STALL_SECONDS,
                  poll_s: float | None = None, planned: Mapping[str, dict[str, int] | None] | None = None,
-                 jobs: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+                 jobs: int = 1, clock: Callable[[], float] = time.monotonic,
+                 views: Mapping[str, dict[str, int] | None] | None = None) -> None:
         if not stall_s > 0:
             raise ValueError(f"stall time must be a positive number of seconds, got {stall_s}")
         self.log = log
@@ -196,6 +214,8 @@ class LiveProgress:
         self.runs = [_Run(key, Path(run_dir), f"[{i}/{total}] {key}", planned.get(key),
                           _mtime_ns(Path(run_dir) / "run.json")) for i, (key, run_dir) in enumerate(runs, 1)]
         self._by_key = {run.key: run for run in self.runs}
+        for run in self.runs:
+            run.views = (views or {}).get(run.key)
         for run in self.runs:  # rows an earlier call left (a resumed run) are not news
             run.history_mtime = _mtime_ns(run.run_dir / "history.csv")
             self._absorb(run, history_rows(run.run_dir / "history.csv"))
@@ -337,7 +357,9 @@ class LiveProgress:
         return f"  {run.label} {stage} epoch {epoch}{limit}: " + ", ".join(parts)
 
     def _mean_epoch_seconds(self) -> float | None:
-        values = [s for run in self.runs for stage in run.epoch_seconds.values() for s in stage]
+        """Mean measured seconds per epoch and view (see :func:`stage_views`) over every run and stage."""
+        values = [s / run.view_count(stage) for run in self.runs for stage, seconds in run.epoch_seconds.items()
+                  for s in seconds]
         return sum(values) / len(values) if values else None
 
     def _grid_seconds(self) -> float | None:
@@ -363,7 +385,7 @@ class LiveProgress:
         pending = 0.0
         for run in waiting:
             if run.planned is not None:
-                pending += sum(run.planned.values()) * rate
+                pending += sum(epochs * run.view_count(stage) for stage, epochs in run.planned.items()) * rate
             elif totals:
                 pending += sum(totals) / len(totals)
             else:

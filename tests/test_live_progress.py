@@ -77,6 +77,41 @@ def test_epoch_lines_carry_stage_epoch_losses_elapsed_and_etas(tmp_path):
     assert len(lines) == 4
 
 
+def test_a_stage_of_two_views_is_estimated_at_twice_the_cost_per_epoch(tmp_path):
+    runs = [("main/a", tmp_path / "a"), ("main/b", tmp_path / "b")]
+    for _, folder in runs:
+        folder.mkdir()
+    lines: list[str] = []
+    clock = Clock()
+    # run b: MLCL+AUG pre-training (two augmented views per RPM), then a linear stage of one view
+    watcher = LiveProgress(runs, lines.append, stall_s=600, planned={"main/b": {"pretrain": 3, "linear": 2}},
+                           views={"main/b": {"pretrain": 2, "linear": 1}}, clock=clock)
+    a = tmp_path / "a"
+    (a / "run.json").write_text("{}")
+    (a / "config.yaml").write_text("setup: ce\nmax_epochs: 3\n")
+    watcher.poll()
+    clock.now = 30.0
+    _write_history(a, [_row("supervised", 0, 2.0794, 2.07, 0.125)])
+    watcher.poll()
+    # a: 2 epochs x 30 s left; b: (3 x 2 + 2 x 1) epoch-views x 30 s = 4 min
+    assert lines[0].endswith("ETA run 1m00s, grid 5m00s"), lines[0]
+    watcher.ended("main/a")
+    b = tmp_path / "b"
+    (b / "run.json").write_text("{}")
+    watcher.poll()
+    clock.now = 70.0
+    _write_history(b, [_row("pretrain", 0, 7.5, 7.9, "")])
+    watcher.poll()
+    # 2 pre-training epochs at the measured 40 s, 2 linear epochs at 40 s / 2 views
+    assert lines[-1].endswith("ETA run 2m00s"), lines[-1]
+
+
+def test_stage_views_follow_the_setup():
+    assert live_progress.stage_views({"setup": "mlcl_aug", "max_epochs": 3}) == {"pretrain": 2, "linear": 1}
+    assert live_progress.stage_views({"setup": "ce"}) == {"supervised": 1}
+    assert live_progress.stage_views({"setup": "no-such-setup"}) is None
+
+
 def test_a_run_that_writes_nothing_is_reported_once_per_period_and_not_stopped(tmp_path):
     run_dir = tmp_path / "quiet"
     run_dir.mkdir()
