@@ -571,7 +571,10 @@ def _printer() -> Callable[[str], None]:
 
 
 @contextlib.contextmanager
-def _stopping(watcher: LiveProgress | None) -> Iterator[None]:
+def _watching(watcher: LiveProgress | None) -> Iterator[None]:
+    """Live progress while the block runs: the watcher's thread starts on entry and takes a last look on exit."""
+    if watcher is not None:
+        watcher.start()
     try:
         yield
     finally:
@@ -686,17 +689,14 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         tail = "" if res.error is None else f": {res.error.strip().splitlines()[-1]}"
         log(f"  [{i}/{len(todo)}] {res.status:6s} {res.spec.grid}/{res.spec.name} ({res.seconds:.1f} s){tail}")
 
-    if watcher is not None:
-        watcher.start()
     if jobs == 1 or len(todo) <= 1:
         saved = os.environ.get("CUDA_VISIBLE_DEVICES")
         try:
-            for i, (spec, run_dir) in enumerate(todo, 1):
-                log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
-                report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
+            with _watching(watcher):
+                for i, (spec, run_dir) in enumerate(todo, 1):
+                    log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
+                    report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
         finally:
-            if watcher is not None:
-                watcher.stop()
             if devices is not None:
                 if saved is None:
                     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
@@ -708,7 +708,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // jobs)
         # spawn: the parent may have imported torch/threads (a notebook, the demo); fork would be unsafe.
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        with pool, _stopping(watcher):
+        with pool, _watching(watcher):
             futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads, deadline): spec
                        for i, (spec, _) in enumerate(todo)}
             for i, fut in enumerate(as_completed(futures), 1):
@@ -752,9 +752,7 @@ def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, override
     if not wait:
         return [RunResult(s, run_dir_of(out, s).resolve(), "submitted" if s.name in submitted else "skipped")
                 for s in specs]
-    if watcher is not None:
-        watcher.start()
-    with _stopping(watcher):  # the cells' epochs, read from their folders as they train on the cluster
+    with _watching(watcher):  # the cells' epochs, read from their folders as they train on the cluster
         statuses = {status.run: status for status in slurm.wait(config, specs, out, log=log)}
     names = {"done": "done", "unfinished": "unfinished"}
     results = [RunResult(s, run_dir_of(out, s).resolve(), names.get(statuses[f"{s.grid}/{s.name}"].state, "failed"))

@@ -1,7 +1,7 @@
 """Reading checkpoints from run folders that people share: plain tensors only, one line when a file is not one.
 
 ``torch.load(weights_only=True)`` never runs code from the file; its own error message, however, suggests
-``weights_only=False``, which would. The messages here say what is wrong without that advice.
+turning that safety off, which would. The messages here say what is wrong without that advice.
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import (RAW_RECORD, note, panels_hash, raw_hashes, read_raw_record,
                                          write_raw_record)
 from rpm_lib.folder_lock import check_free_space, exclusive_writer
+from rpm_lib.json_files import read_object
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.candidates import check_mode
 from rpm_lib.generator.labels import problem_labels, structure
@@ -431,15 +432,7 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
         # without it holds raven-datasets' draws, and extending it would mix the two.
         wanted[MESH_DRAW_KEY] = MESH_DRAW
     if record.is_file():
-        try:
-            found = json.loads(record.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise GeneratorSettingsError(f"{record}: unreadable ({error})") from None
-        if not isinstance(found, dict):
-            raise GeneratorSettingsError(f"{record}: unreadable (not a JSON object)")
-        found = {**_SETTINGS_BEFORE_REGIMES, **found}
-        if found.get("mesh") and MESH_DRAW_KEY not in found:
-            found[MESH_DRAW_KEY] = "raven-datasets (made before the answer-blind draw)"
+        found = _read_settings(record)
         differ = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
         if differ:
             said = ", ".join(f"{k} {old!r} there, {new!r} asked" for k, (old, new) in differ.items())
@@ -460,6 +453,19 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
         return
     _write_regime_file(root, regime, seed, mode, val, test)
     record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__}, indent=1) + "\n")
+
+
+def _read_settings(path: Path) -> dict:
+    """``generator.json``'s settings, with what a record written by an earlier rpm_lib means for the keys it
+    lacks (before regimes: plain I-RAVEN 6/2/2; a Mesh folder before the answer-blind draw: raven-datasets' draw).
+
+    Raises:
+        GeneratorSettingsError: not a JSON object (one line naming the file).
+    """
+    found = {**_SETTINGS_BEFORE_REGIMES, **read_object(path, GeneratorSettingsError)}
+    if found.get("mesh") and MESH_DRAW_KEY not in found:
+        found[MESH_DRAW_KEY] = "raven-datasets (made before the answer-blind draw)"
+    return found
 
 
 #: The fields ``regime.json`` and ``generator.json`` both record, which must agree.
@@ -502,15 +508,7 @@ def read_regime_record(root: str | os.PathLike) -> dict | None:
         raise GeneratorSettingsError(f"{path}: {error}") from None
     settings = root / SETTINGS_FILE
     if settings.is_file():
-        try:
-            found = json.loads(settings.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise GeneratorSettingsError(f"{settings} is not readable JSON ({error})") from None
-        if not isinstance(found, dict):
-            raise GeneratorSettingsError(f"{settings}: expected a JSON object, got {type(found).__name__}")
-        found = {**_SETTINGS_BEFORE_REGIMES, **found}
-        if found.get("mesh") and MESH_DRAW_KEY not in found:
-            found[MESH_DRAW_KEY] = "raven-datasets (made before the answer-blind draw)"
+        found = _read_settings(settings)
         differ = [f"{key} {data.get(key)!r} vs {found.get(key)!r}" for key in _SHARED_FIELDS
                   if data.get(key) != found.get(key)]
         if differ:
