@@ -617,7 +617,8 @@ def run_probe(args: argparse.Namespace) -> int:
         print(f"error: --bn-modes: unknown {sorted(unknown)}", file=sys.stderr)
         return 2
     device = resolve_device(args.device)
-    report: dict[str, Any] = {"command": sys.argv, "device": str(device), "runs": []}
+    report: dict[str, Any] = {"command": sys.argv, "device": str(device), "complete": False, "runs": []}
+    out = Path(args.out) if args.out else Path(args.runs[0]) / "linear_eval_probe.json"
     began = time.perf_counter()
     for run in args.runs:
         run_dir = Path(run)
@@ -645,19 +646,31 @@ def run_probe(args: argparse.Namespace) -> int:
             "num_val": sum(len(b["target"]) for b in data["val"]),
             "history": history, "checkpoints": {},
         }
+        report["runs"].append(entry)
         for path in find_checkpoints(run_dir, args.checkpoints):
             print(f"probing {path} ...", file=sys.stderr, flush=True)
             entry["checkpoints"][path.stem] = probe_checkpoint(path, config, plan, data, args, device, precision)
-        report["runs"].append(entry)
+            # A probe of several checkpoints can outlast a time limit: every finished checkpoint is saved and
+            # printed at once, so a killed probe still leaves its finished checkpoints behind.
+            report["seconds"] = round(time.perf_counter() - began, 1)
+            _save_report(report, out)
+            print(render_table({"runs": [{**entry, "checkpoints": {path.stem: entry["checkpoints"][path.stem]}}]}),
+                  flush=True)
     report["seconds"] = round(time.perf_counter() - began, 1)
-    out = Path(args.out) if args.out else Path(args.runs[0]) / "linear_eval_probe.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    from rpm_lib.training.run import finite_for_json
-
-    out.write_text(json.dumps(finite_for_json(report), indent=2, default=str))
-    print(render_table(report))
+    report["complete"] = True
+    _save_report(report, out)
+    print("\n=== all checkpoints ===" + render_table(report))
     print(f"\nJSON: {out}")
     return 0
+
+
+def _save_report(report: dict[str, Any], out: Path) -> None:
+    from rpm_lib.training.run import finite_for_json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(finite_for_json(report), indent=2, default=str))
+    tmp.replace(out)
 
 
 # ----------------------------------------------------------------------------------------------
