@@ -240,19 +240,17 @@ def _to_input(module: Any, panels: Any, device: Any) -> Any:
 
 def recompute_bn(encoder: Any, module: Any, batches: list[dict[str, Any]], device: Any, autocast: Any,
                  max_batches: int) -> Any:
-    """A copy of ``encoder`` whose BN running statistics are the cumulative average over un-augmented batches."""
-    import torch
+    """A copy of ``encoder`` whose BN running statistics are the average over un-augmented batches (the library's
+    ``recalibrate_batchnorm``, which ``bn_recalibration_batches`` applies in training)."""
+    from rpm_lib.training.batchnorm import recalibrate_batchnorm
 
     fresh = copy.deepcopy(encoder).eval()
-    layers = _bn_layers(fresh)
-    for _, bn in layers:
-        bn.reset_running_stats()
-        bn.momentum = None  # cumulative moving average
-        bn.train()
-    with torch.no_grad():
-        for batch in batches[:max(1, max_batches)]:
-            with autocast():
-                fresh(_to_input(module, batch["panels"], device))
+
+    def forward(batch: dict[str, Any]) -> None:
+        with autocast():
+            fresh(_to_input(module, batch["panels"], device))
+
+    recalibrate_batchnorm(fresh, batches[:max(1, max_batches)], forward)
     return fresh.eval()
 
 

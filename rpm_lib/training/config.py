@@ -197,6 +197,12 @@ class TrainConfig:
                              "un-augmented for linear evaluation, the setup's augmentation for fine-tuning) or "
                              "pretrain (the pre-training views and augmentation, e.g. two augmented views for "
                              "mlcl_aug, as the release's phases 2 and 3)", "optimisation", choices=HEAD_VIEWS)
+    bn_recalibration_batches: int = _field(50, "contrastive setups: before every validation of pre-training and "
+                                           "before linear evaluation (encoder in eval mode), re-estimate the "
+                                           "encoder's BatchNorm statistics as the average over this many "
+                                           "un-augmented training batches (a fixed seeded set) instead of the "
+                                           "running averages left by training on augmented views; 0 = keep "
+                                           "those (the release)", "optimisation", minimum=0)
 
     # --- hardware --------------------------------------------------------------------------------
     accelerator: str = _field("auto", "Lightning accelerator: auto, cpu, gpu, cuda, mps", "hardware",

@@ -230,6 +230,7 @@ class RpmDataModule(L.LightningDataModule):
         self.rule_key = config.rule_spec.sample_key
         self.train_set: SeededSamples | None = None
         self.val_set: SeededSamples | None = None
+        self._recalibration_set: Dataset | None = None
 
     def prepare_data(self) -> None:
         # Lightning calls this on one process per node before the others read the folder.
@@ -306,6 +307,25 @@ class RpmDataModule(L.LightningDataModule):
         assert self.val_set is not None
         rank, world = self._world()
         return self._loader(self.val_set, self.plan.batch_size, False, rank, world)
+
+    def bn_recalibration_loader(self) -> DataLoader:
+        """Un-augmented single-view training problems for re-estimating BatchNorm statistics
+        (``config.bn_recalibration_batches`` batches of the stage's batch size, fewer when the split is smaller).
+
+        The problems are a seeded subset of the training split, the same at every call, so the statistics are a
+        function of the weights only (resuming a run re-estimates exactly the same values). Every DDP process
+        reads all of them, so every process computes the same statistics without communicating.
+        """
+        from torch.utils.data import Subset
+
+        if self._recalibration_set is None:
+            view = self.make_split("train")
+            count = min(len(view), self.config.bn_recalibration_batches * self.plan.batch_size)
+            rng = np.random.default_rng(derive_seed(self.config.seed, "bn_recalibration"))
+            positions = np.sort(rng.choice(len(view), size=count, replace=False))
+            self._recalibration_set = Subset(view, positions.tolist())
+        return DataLoader(self._recalibration_set, batch_size=self.plan.batch_size, shuffle=False,
+                          num_workers=self.config.num_workers, pin_memory=_pin_memory(self.config))
 
     def eval_dataloader(self, split: str, root: str | Path | None = None) -> DataLoader:
         """Unsharded loader over a whole val / test split (final evaluation runs on one process), of ``data_root``

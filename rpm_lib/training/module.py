@@ -7,6 +7,9 @@ One :class:`RpmModule` lives through all stages of a run (see :mod:`rpm_lib.trai
   BatchNorm running statistics and dropout of a frozen encoder do not move during linear evaluation
   (the MLCL release only set ``requires_grad``; its BN statistics kept changing, which
   ``linear_eval_encoder_mode="train"`` reproduces);
+* in contrastive setups the encoder's BatchNorm statistics are re-estimated on un-augmented training problems
+  before every pre-training validation and before linear evaluation (``bn_recalibration_batches``,
+  :mod:`rpm_lib.training.batchnorm`), so evaluation never normalises with averages of augmented batches;
 * the optimiser (Adam, betas / eps from the config) is rebuilt for every stage over the trainable
   parameters only, with the ``lr_schedule`` (constant, or ReduceLROnPlateau on ``val/loss``) restarted at the
   stage's lr.
@@ -17,6 +20,8 @@ Batch layout (from :class:`rpm_lib.training.datamodule.RpmDataModule`):
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
@@ -26,6 +31,7 @@ from torch import nn
 from rpm_lib.encoders import create_encoder
 from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
 from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
+from rpm_lib.training.batchnorm import recalibrate_batchnorm
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.distributed import gathered_mlcl_loss
 from rpm_lib.data.seeding import derive_seed
@@ -140,12 +146,17 @@ class RpmModule(L.LightningModule):
         """uint8 [0, 255] -> float32 [0, 1] (float input is passed through)."""
         return panels.float().div_(255.0) if panels.dtype == torch.uint8 else panels
 
-    def embed(self, panels: torch.Tensor) -> torch.Tensor:
-        """panels uint8/float (N, 16, S, S) -> embeddings (N, 8, D); no graph through a frozen encoder."""
+    def _as_encoder_input(self, panels: torch.Tensor) -> torch.Tensor:
+        """panels uint8/float (N, 16, S, S) -> float in the encoder's parameter dtype."""
         x = self.to_float(panels)
         weight = next(self.encoder.parameters(), None)
         if weight is not None and weight.dtype != x.dtype:  # "16-true" / "bf16-true" / "64-true" precision
             x = x.to(weight.dtype)
+        return x
+
+    def embed(self, panels: torch.Tensor) -> torch.Tensor:
+        """panels uint8/float (N, 16, S, S) -> embeddings (N, 8, D); no graph through a frozen encoder."""
+        x = self._as_encoder_input(panels)
         if self.encoder in self._no_grad:
             with torch.no_grad():
                 return self.encoder(x)
@@ -219,6 +230,33 @@ class RpmModule(L.LightningModule):
     # ------------------------------------------------------------------------------------------
     # Lightning hooks
     # ------------------------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self._require_plan().bn_recalibration == "at_start":
+            self.recalibrate_encoder_batchnorm()
+
+    def on_validation_epoch_start(self) -> None:
+        # Lightning's sanity check validates a few batches whose results are discarded: not worth a re-estimate.
+        if (self._require_plan().bn_recalibration == "before_validation" and self._trainer is not None
+                and not self.trainer.sanity_checking):
+            self.recalibrate_encoder_batchnorm()
+
+    def recalibrate_encoder_batchnorm(self, batches: Iterable[dict[str, Any]] | None = None) -> int:
+        """Re-estimate the encoder's BatchNorm statistics (:func:`rpm_lib.training.batchnorm.recalibrate_batchnorm`)
+        on ``batches`` (dicts with ``panels`` uint8 (B, 16, S, S)); default: the datamodule's
+        ``bn_recalibration_loader()``. Runs under the trainer's precision (autocast), as validation does.
+        Returns the number of batches used."""
+        if batches is None:
+            batches = self.trainer.datamodule.bn_recalibration_loader()
+
+        def forward(batch: dict[str, Any]) -> None:
+            panels = batch["panels"].to(self.device, non_blocking=True)
+            context = (self.trainer.precision_plugin.forward_context() if self._trainer is not None
+                       else contextlib.nullcontext())
+            with context:
+                self.encoder(self._as_encoder_input(panels))
+
+        return recalibrate_batchnorm(self.encoder, batches, forward)
+
     def on_train_epoch_start(self) -> None:
         self._epoch_loss_sum, self._epoch_loss_count, self._epoch_parts = 0.0, 0, {}
 

@@ -70,6 +70,13 @@ SETUPS: dict[str, SetupSpec] = {
 }
 
 
+#: When a stage re-estimates the encoder's BatchNorm statistics (``StagePlan.bn_recalibration``): ``none``;
+#: ``before_validation`` (pre-training: the validation loss that picks the encoder for linear evaluation is
+#: measured with statistics of the current weights on plain images); ``at_start`` (linear evaluation with the
+#: frozen encoder in eval mode: once, before the scoring head trains; the statistics then stay fixed).
+BN_RECALIBRATIONS: tuple[str, ...] = ("none", "before_validation", "at_start")
+
+
 @dataclasses.dataclass(frozen=True)
 class StagePlan:
     """One ``Trainer.fit`` call.
@@ -88,6 +95,8 @@ class StagePlan:
         reset_scoring_head: re-initialise the scoring head before the stage (linear evaluation).
         encoder_train_mode: a frozen encoder stays in train mode (BatchNorm uses batch statistics and updates
             its running ones), as the release's head training; otherwise a frozen encoder is in eval mode.
+        bn_recalibration: when the encoder's BatchNorm statistics are re-estimated on un-augmented training
+            batches (:mod:`rpm_lib.training.batchnorm`): one of :data:`BN_RECALIBRATIONS`.
     """
 
     name: str
@@ -102,6 +111,7 @@ class StagePlan:
     augment: str
     reset_scoring_head: bool = False
     encoder_train_mode: bool = False
+    bn_recalibration: str = "none"
 
     @property
     def trains_scoring_head(self) -> bool:
@@ -136,12 +146,14 @@ def stage_plan(config: "TrainConfig") -> list[StagePlan]:
     spec = SETUPS[config.setup]
     augment = config.resolved_augment
     pretrain_views = config.head_views == "pretrain"
+    recalibrate = config.bn_recalibration_batches > 0
     stages: list[StagePlan] = []
     if spec.contrastive:
         stages.append(StagePlan(
             name="pretrain", max_epochs=config.max_epochs, lr=config.lr, batch_size=config.batch_size,
             train_encoder=True, answer_weight=0.0, aux_weight=config.beta, contrastive_weight=config.gamma,
             num_views=spec.num_views, augment=augment,
+            bn_recalibration="before_validation" if recalibrate else "none",
         ))
         stages.append(StagePlan(
             name="linear", max_epochs=config.linear_eval_epochs or config.max_epochs,
@@ -149,6 +161,8 @@ def stage_plan(config: "TrainConfig") -> list[StagePlan]:
             train_encoder=False, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0,
             num_views=spec.num_views if pretrain_views else 1, augment=augment if pretrain_views else "none",
             reset_scoring_head=True, encoder_train_mode=config.linear_eval_encoder_mode == "train",
+            # a frozen encoder in train mode normalises with batch statistics: nothing to re-estimate
+            bn_recalibration="at_start" if recalibrate and config.linear_eval_encoder_mode == "eval" else "none",
         ))
     else:
         stages.append(StagePlan(

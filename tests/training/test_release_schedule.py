@@ -37,11 +37,14 @@ def test_release_preset_reproduces_the_release_schedule() -> None:
     assert [p.batch_size for p in plans] == [64, 64, 64]
     assert [p.num_views for p in plans] == [2, 2, 2] and {p.augment for p in plans} == {"release"}
     assert [p.encoder_train_mode for p in plans] == [False, True, False]
+    assert [p.bn_recalibration for p in plans] == ["none", "none", "none"]
     assert [p.train_encoder for p in plans] == [True, False, True]
     # The defaults stay the paper's: fixed features, one plain view, constant lr, no total limit.
     default = stage_plan(TrainConfig(setup="mlcl_aug", finetune=True))
     assert [(p.encoder_train_mode, p.num_views, p.augment) for p in default] == [
         (False, 2, "official"), (False, 1, "none"), (False, 1, "official")]
+    # ... except that evaluation re-estimates the encoder's BatchNorm statistics (docs/linear-evaluation.md)
+    assert [p.bn_recalibration for p in default] == ["before_validation", "at_start", "none"]
 
 
 def test_total_epoch_limit_cuts_and_skips_stages() -> None:
