@@ -47,10 +47,11 @@ if [[ $SECOND == linear-eval ]]; then
         --num-workers 8 --out "$X/probe.json" >"$X/probe.txt" 2>&1
     tail -c 4000 "$X/probe.txt" 2>/dev/null
 elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
-    # SESSION_PROFILE: the profile's options; by default the compiled encoder and fused vs per-parameter Adam
-    # beside the eager step (case a), the Lightning fit with 40 validation batches (c) and the GPU busy fraction (d).
+    # SESSION_PROFILE: the profile's options; by default the eager step beside the whole forward compiled, with and
+    # without CUDA graphs (case a; the H100 profile of 2026-11-27 timed the compiled encoder and fused Adam), the
+    # Lightning fit with 40 validation batches (c) and the GPU busy fraction (d).
     # shellcheck disable=SC2086
-    timeout "$left" "$PY" bench/profile_training.py ${SESSION_PROFILE:---steps 100 --warmup 10 --val-batches 40 --compile --cases a,c,d} \
+    timeout "$left" "$PY" bench/profile_training.py ${SESSION_PROFILE:---steps 100 --warmup 10 --val-batches 40 --compile-step --cases a,c,d} \
         --out /tmp/session-extras/profile \
         data_root=data/i-raven-80 encoder=scl setup=ce_aux_sparse batch_size=128 image_size=80 num_workers=14 \
         progress_bar=false 2>&1 | tee /tmp/session-extras/profile.log | tail -60

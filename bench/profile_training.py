@@ -8,7 +8,9 @@ script measures, for one TrainConfig and its first stage (``--stage`` for anothe
 
 a. **encoder only**: ``RpmModule.stage_losses`` + backward + Adam step on one real batch already on the device;
    no loader, no Lightning. The upper bound (RPMs/s). With ``--compile`` also under ``module.encoder.compile()``,
-   the compilation (first step, s) reported apart from the steady speed.
+   the compilation (first step, s) reported apart from the steady speed. With ``--compile-step`` also with the
+   whole forward compiled (``stage_losses``: encoder, heads and losses, whose backward AOTAutograd then compiles
+   as one graph), and on CUDA that with CUDA graphs (``mode="reduce-overhead"``), for a step bound by launches.
 b. **manual loop**: the same step fed by the datamodule's real ``train_dataloader`` (``non_blocking`` copies to the
    device); RPMs/s and the host time blocked in ``next(loader)`` (ms/step).
 c. **Lightning fit**: a Trainer from ``make_trainer`` (one epoch of ``--warmup + --steps`` batches, validation
@@ -110,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "first stage of the setup)")
     parser.add_argument("--compile", action="store_true",
                         help="also time case a with module.encoder.compile() (compile time reported apart)")
+    parser.add_argument("--compile-step", action="store_true",
+                        help="also time case a with the whole forward compiled (module.stage_losses: encoder, heads "
+                             "and losses, so AOTAutograd compiles their backward too), and on CUDA the same with "
+                             "CUDA graphs (mode reduce-overhead: one graph launch instead of hundreds of kernels)")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="torch.compile backend of the compiled cases (default inductor; aot_eager captures the "
+                             "graphs without generating code: a quick check that the step compiles at all)")
     parser.add_argument("--compare-progress-bar", action="store_true",
                         help="also run case c with progress_bar=true (TQDM reads the logged loss every step)")
     parser.add_argument("--threads", type=int, default=None,
@@ -189,10 +198,11 @@ def to_device(batch: dict[str, Any], device: Any) -> dict[str, Any]:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
-def manual_step(setup: Setup, module: Any) -> Callable[[dict[str, Any]], None]:
+def manual_step(setup: Setup, module: Any, graph_steps: bool = False) -> Callable[[dict[str, Any]], None]:
     """One optimiser step as Lightning's automatic optimisation runs it for ``precision``: zero_grad, forward
     under autocast (mixed precisions), backward, gradient clipping if configured, Adam step (with a GradScaler
-    for 16-mixed, as Lightning's MixedPrecision plugin)."""
+    for 16-mixed, as Lightning's MixedPrecision plugin). ``graph_steps``: tell CUDA graphs where a step begins
+    (the previous step's outputs may then be overwritten)."""
     import torch
 
     precision = setup.precision
@@ -208,6 +218,8 @@ def manual_step(setup: Setup, module: Any) -> Callable[[dict[str, Any]], None]:
     params = module.trainable_parameters()
 
     def step(batch: dict[str, Any]) -> None:
+        if graph_steps:
+            torch.compiler.cudagraph_mark_step_begin()
         optimizer.zero_grad(set_to_none=True)
         with autocast():
             to_backward, _value, _parts = module.stage_losses(batch)
@@ -243,20 +255,33 @@ def release(setup: Setup) -> None:
 # ----------------------------------------------------------------------------------------------
 # a + b: no Lightning
 # ----------------------------------------------------------------------------------------------
-def case_encoder_only(setup: Setup, batch: dict[str, Any], steps: int, warmup: int, compiled: bool = False
-                      ) -> dict[str, Any]:
+#: What case a compiles (``case_encoder_only(compiled=...)``): the encoder in place (as ``compile=true`` does),
+#: the whole forward of a step (``stage_losses``: encoder, heads, losses; AOTAutograd then compiles its backward
+#: as one graph), or that with CUDA graphs (``mode="reduce-overhead"``: the kernels replay as one graph launch).
+COMPILED_PARTS: tuple[str, ...] = ("encoder", "step", "step_cudagraphs")
+
+
+def case_encoder_only(setup: Setup, batch: dict[str, Any], steps: int, warmup: int, compiled: str | None = None,
+                      backend: str = "inductor") -> dict[str, Any]:
     """Case a: ``steps`` optimiser steps on one batch already on the device (RPMs/s; GPU drained before/after).
 
-    With ``compiled``: ``module.encoder.compile()`` first; ``compile_s`` is the first step's wall time (s),
-    which holds the compilation, and the steady-state speed excludes it.
+    With ``compiled`` (one of :data:`COMPILED_PARTS`): that part compiled first with ``backend``; ``compile_s`` is
+    the first step's wall time (s), which holds the compilation, and the steady-state speed excludes it.
     """
+    import torch
+
     from bench_models import time_steps  # bench/ is sys.path[0] when this script runs
 
-    # a follows the config (compiled too if its compile=true, like b-d); the --compile variant compiles an eager one
-    module = fresh_module(setup, eager=compiled)
-    if compiled:
-        module.encoder.compile()  # in place: state_dict keys stay those of the eager encoder
-    step = manual_step(setup, module)
+    # a follows the config (compiled too if its compile=true, like b-d); the compiled variants start from an eager one
+    module = fresh_module(setup, eager=compiled is not None)
+    if compiled == "encoder":
+        module.encoder.compile(backend=backend)  # in place: state_dict keys stay those of the eager encoder
+    elif compiled in ("step", "step_cudagraphs"):
+        mode = "reduce-overhead" if compiled == "step_cudagraphs" else None
+        module.stage_losses = torch.compile(module.stage_losses, backend=backend, mode=mode)
+    elif compiled is not None:
+        raise ValueError(f"compiled: {compiled!r} is not one of {COMPILED_PARTS}")
+    step = manual_step(setup, module, graph_steps=compiled == "step_cudagraphs")
     result: dict[str, Any] = {"status": "ok"}
     synchronize(setup)
     began = time.perf_counter()
@@ -713,10 +738,13 @@ def verdict(report: dict[str, Any]) -> list[str]:
         if top:
             lines.append("  largest Lightning actions by host self time (ms/step): "
                          + ", ".join(f"{x['action']} {x['self_ms']:.3f}" for x in top))
-    compiled = cases.get("encoder_only_compiled", {})
-    if compiled.get("status") == "ok" and a:
-        lines.append(f"torch.compile of the encoder (a): {compiled['ms_per_step']:.2f} ms/step vs {a:.2f} "
-                     f"({a / compiled['ms_per_step']:.2f}x), after {compiled['compile_s']:.1f} s of compilation")
+    for key, what in (("encoder_only_compiled", "torch.compile of the encoder"),
+                      ("step_compiled", "torch.compile of the whole forward (stage_losses)"),
+                      ("step_compiled_cudagraphs", "the same with CUDA graphs (reduce-overhead)")):
+        compiled = cases.get(key, {})
+        if compiled.get("status") == "ok" and a:
+            lines.append(f"{what} (a): {compiled['ms_per_step']:.2f} ms/step vs {a:.2f} "
+                         f"({a / compiled['ms_per_step']:.2f}x), after {compiled['compile_s']:.1f} s of compilation")
     foreach = cases.get("encoder_only_foreach_adam", {})
     if foreach.get("status") == "ok" and a:
         lines.append(f"Fused Adam (a): {a:.2f} ms/step vs {foreach['ms_per_step']:.2f} with per-parameter Adam "
@@ -782,6 +810,8 @@ def print_report(report: dict[str, Any]) -> None:
     base = cases.get("encoder_only", {}).get("rpms_per_s")
     labels = {"encoder_only": "a. encoder only (stage_losses + backward + Adam, batch on device)",
               "encoder_only_compiled": "a. encoder only, torch.compile",
+              "step_compiled": "a. whole forward (stage_losses) compiled",
+              "step_compiled_cudagraphs": "a. whole forward compiled, CUDA graphs",
               "encoder_only_foreach_adam": "a. encoder only, per-parameter (foreach) Adam instead of fused",
               "manual_loop": "b. manual loop, real DataLoader",
               "lightning_fit": "c. Lightning fit (make_trainer)",
@@ -935,9 +965,18 @@ def main(argv: list[str] | None = None) -> int:
             _run_case(report, "encoder_only", lambda: case_encoder_only(setup, fixed, args.steps, args.warmup), write)
             if args.compile:
                 _run_case(report, "encoder_only_compiled",
-                          lambda: case_encoder_only(setup, fixed, args.steps, args.warmup, compiled=True), write)
+                          lambda: case_encoder_only(setup, fixed, args.steps, args.warmup, compiled="encoder",
+                                                    backend=args.compile_backend), write)
             else:
                 report["cases"]["encoder_only_compiled"] = {"status": "skipped", "reason": "--compile not given"}
+            for part, key in (("step", "step_compiled"), ("step_cudagraphs", "step_compiled_cudagraphs")):
+                if not args.compile_step:
+                    report["cases"][key] = {"status": "skipped", "reason": "--compile-step not given"}
+                elif part == "step_cudagraphs" and not (setup.cuda and args.compile_backend == "inductor"):
+                    report["cases"][key] = {"status": "skipped", "reason": "CUDA graphs need CUDA and inductor"}
+                else:
+                    _run_case(report, key, lambda part=part: case_encoder_only(
+                        setup, fixed, args.steps, args.warmup, compiled=part, backend=args.compile_backend), write)
             if setup.cuda and getattr(config, "fused_adam", False):
                 # Side by side with the fused update the config uses: the per-parameter (foreach) Adam it replaced.
                 foreach = dataclasses.replace(setup, config=dataclasses.replace(config, fused_adam=False))

@@ -61,3 +61,17 @@ def test_a_bad_override_is_one_error_line_naming_the_field_and_exit_2(tmp_path: 
     assert "batch_size" in lines[0]
     assert "Traceback" not in done.stdout + done.stderr
     assert not out.exists() and not (tmp_path / "iraven").exists()  # refused before generating or writing
+
+
+def test_whole_step_compilation_captures_the_step_on_the_cpu(tmp_path: Path) -> None:
+    # aot_eager traces the forward and AOTAutograd's backward without generating code: the whole-step case works,
+    # quickly; the speed of the generated code is a GPU measurement (docs/reproduction-gpu.md).
+    out = tmp_path / "out"
+    done = _run(["--steps", "2", "--warmup", "1", "--threads", "1", "--cases", "a", "--compile", "--compile-step",
+                 "--compile-backend", "aot_eager", "--out", str(out), *tiny(tmp_path)], timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    cases = json.loads((out / "profile.json").read_text())["cases"]
+    for key in ("encoder_only", "encoder_only_compiled", "step_compiled"):
+        assert cases[key]["status"] == "ok" and cases[key]["ms_per_step"] > 0, cases[key]
+    assert cases["step_compiled_cudagraphs"] == {"status": "skipped", "reason": "CUDA graphs need CUDA and inductor"}
+    assert "| a. whole forward (stage_losses) compiled |" in done.stdout

@@ -93,6 +93,8 @@ class RpmModule(L.LightningModule):
         self._epoch_loss_sum: torch.Tensor | float = 0.0
         self._epoch_loss_count = 0
         self._epoch_parts: dict[str, torch.Tensor | float] = {}  # name -> sum of term * batch size this epoch
+        self._val_sums: dict[str, torch.Tensor | float] = {}  # the same for the current validation
+        self._val_count = 0
 
     # ------------------------------------------------------------------------------------------
     # stages
@@ -235,6 +237,7 @@ class RpmModule(L.LightningModule):
             self.recalibrate_encoder_batchnorm()
 
     def on_validation_epoch_start(self) -> None:
+        self._val_sums, self._val_count = {}, 0
         # Lightning's sanity check validates a few batches whose results are discarded: not worth a re-estimate.
         if (self._require_plan().bn_recalibration == "before_validation" and self._trainer is not None
                 and not self.trainer.sanity_checking):
@@ -299,10 +302,21 @@ class RpmModule(L.LightningModule):
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         _to_backward, value, parts = self.stage_losses(batch)
         size = int(batch["target"].shape[0])
-        self.log("val/loss", value, on_step=False, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
-        for name, term in parts.items():
-            self.log(f"val/{name}", term, on_step=False, on_epoch=True, batch_size=size, sync_dist=True,
-                     prog_bar=name == "accuracy")
+        # Sums on the device, logged once in on_validation_epoch_end: Lightning's bookkeeping of a self.log call per
+        # term and batch cost the host 2.6 ms per validation batch (4 terms; measured here on the CPU), and an SCL
+        # validation batch on an H100 waits on the host (12 ms/batch against 20.6 ms for a whole training step).
+        for name, term in (("loss", value), *parts.items()):
+            self._val_sums[name] = self._val_sums.get(name, 0.0) + term.detach().float() * size
+        self._val_count += size
+
+    def on_validation_epoch_end(self) -> None:
+        # The size-weighted mean of each term over this process's batches; sync_dist averages the processes' means,
+        # which equals the mean over all batches because every process validates the same number (padded sampler).
+        if not self._val_count:
+            return
+        for name, total in self._val_sums.items():
+            self.log(f"val/{name}", total / self._val_count, on_step=False, on_epoch=True, sync_dist=True,
+                     prog_bar=name in ("loss", "accuracy"))
 
     def configure_optimizers(self) -> torch.optim.Optimizer | dict[str, Any]:
         """The stage's Adam; with ``lr_schedule="plateau"`` a Lightning dict that adds ReduceLROnPlateau on
