@@ -303,8 +303,9 @@ class RpmModule(L.LightningModule):
         _to_backward, value, parts = self.stage_losses(batch)
         size = int(batch["target"].shape[0])
         # Sums on the device, logged once in on_validation_epoch_end: Lightning's bookkeeping of a self.log call per
-        # term and batch cost the host 2.6 ms per validation batch (4 terms; measured here on the CPU), and an SCL
-        # validation batch on an H100 waits on the host (12 ms/batch against 20.6 ms for a whole training step).
+        # term and batch cost the host 1.6 ms per validation batch (4 terms; bench/bench_validation_logging.py on
+        # the CPU), and an SCL validation batch on an H100 waits on the host (12 ms against 20.6 ms for a whole
+        # training step).
         for name, term in (("loss", value), *parts.items()):
             self._val_sums[name] = self._val_sums.get(name, 0.0) + term.detach().float() * size
         self._val_count += size
