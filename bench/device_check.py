@@ -321,14 +321,18 @@ def _gpu_sampler(samples: list[int], stop: threading.Event) -> None:
         return
 
 
-def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | None = None) -> dict[str, Any]:
-    """Train SCL ``setup`` for the wall budget on ``data``; the numbers for the report."""
+def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | None = None,
+               loader_workers: int | None = None) -> dict[str, Any]:
+    """Train SCL ``setup`` for the wall budget on ``data``; the numbers for the report. ``loader_workers``: this
+    run's DataLoader workers (default the sizes'; runs sharing a machine split them)."""
     import torch
 
     from rpm_lib.training.config import TrainConfig
     from rpm_lib.training.run import train
 
     s = sizes(dry_run)
+    if loader_workers is not None:
+        s["loader_workers"] = loader_workers
     cuda = torch.cuda.is_available() and not dry_run
     budget = budget or s["train_budget_s"]
     budgets = {"supervised": budget} if setup != "mlcl_aug" else {"pretrain": 0.8 * budget, "linear": 0.2 * budget}
@@ -401,9 +405,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-part", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--loader-workers", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.train_part:
-        numbers = train_part(args.train_part, args.data, args.out, args.cpu_dry_run, args.train_budget)
+        numbers = train_part(args.train_part, args.data, args.out, args.cpu_dry_run, args.train_budget,
+                             args.loader_workers)
         args.json.write_text(json.dumps(numbers, indent=1))
         return 0
     unknown = set(args.parts.split(",")) - set(PARTS)

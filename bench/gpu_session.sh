@@ -7,6 +7,7 @@
 #
 # SESSION_SECOND=linear-eval puts the linear-evaluation probe (docs/linear-evaluation.md, ~4 min on the
 # campaign's data) in the profile's place; give the slice less then: SESSION_CAMPAIGN_SECONDS=300.
+# SESSION_SECOND=concurrency measures one training run against two at once (~3 min; SESSION_CAMPAIGN_SECONDS=360).
 #
 # $OUT gets at most 8 files back: the campaign's state (1-2 parts), progress.md/json, table1.md, slice.json,
 # gpu_util.csv, and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files: profile.log,
@@ -46,6 +47,11 @@ if [[ $SECOND == linear-eval ]]; then
         --checkpoints "${ck%,}" --num-train 10000 --num-val 4000 --steps 500,1000,3000 \
         --num-workers 8 --out "$X/probe.json" >"$X/probe.txt" 2>&1
     tail -c 4000 "$X/probe.txt" 2>/dev/null
+elif [[ $SECOND == concurrency ]]; then
+    # one CE+AUX-sparse run against two at once, 60 s of training each (~3 min; bench/bench_concurrent_runs.py)
+    timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --runs 1,2 --train-budget 60 \
+        --out /tmp/session-extras/concurrent 2>&1 | tail -12
+    find /tmp/session-extras/concurrent -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
     # SESSION_PROFILE: the profile's options; by default the eager step beside the whole forward compiled, with and
     # without CUDA graphs (case a; the H100 profile of 2026-11-27 timed the compiled encoder and fused Adam), the

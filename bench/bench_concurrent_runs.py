@@ -1,0 +1,131 @@
+"""One training run on a GPU against several at once, side by side in one call: the aggregate training throughput.
+
+An SCL step at batch 128 is bound by the host's kernel launches (the GPU is busy about half of each step:
+docs/reproduction-gpu.md), so two runs sharing one GPU can fill each other's gaps, which is how the Table 1 campaign
+trains (``rpm-batch --jobs 2``). This measures it: for each count N in ``--runs`` (default 1,2), N processes each
+train the same setup on the same data for the same wall budget (``bench/device_check.py``'s training part), started
+together, each with ``--total-workers / N`` DataLoader workers. Per run: the RPMs/s of its training steps
+(validation excluded) and the GPU utilisation it sampled; per N: their sum, and its ratio to N = 1.
+
+    python bench/bench_concurrent_runs.py --data data/i-raven-80 --out $OUT/concurrent     # GPU, ~3 min
+    python bench/bench_concurrent_runs.py --cpu-dry-run --out /tmp/cr                       # tiny, CPU, ~1 min
+
+Writes ``concurrent_runs.json`` and ``concurrent_runs.md`` in ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _counts(text: str) -> list[int]:
+    counts = [int(x) for x in text.split(",") if x.strip()]
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"--runs: positive counts separated by commas, not {text!r}")
+    return counts
+
+
+def run_together(count: int, args: argparse.Namespace, data: str, out: Path) -> dict[str, Any]:
+    """``count`` training processes started together; their numbers when all have ended."""
+    workers = args.total_workers // count
+    processes = []
+    began = time.perf_counter()
+    for index in range(count):
+        report = out / f"n{count}_run{index}.json"
+        command = [sys.executable, str(REPO / "bench" / "device_check.py"), "--train-part", args.setup, "--data", data,
+                   "--json", str(report), "--out", str(out / f"n{count}_run{index}"),
+                   "--train-budget", str(args.train_budget), "--loader-workers", str(workers)]
+        if args.cpu_dry_run:
+            command.append("--cpu-dry-run")
+        env = dict(os.environ)
+        if args.cpu_dry_run:
+            # CPU runs split the cores: OpenMP threads spinning on more cores than there are slow everyone down
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // count))
+        log = open(out / f"n{count}_run{index}.log", "w")
+        processes.append((subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env),
+                          report, log))
+    runs = []
+    for process, report, log in processes:
+        status = process.wait(timeout=args.train_budget + 300)
+        log.close()
+        numbers = json.loads(report.read_text()) if status == 0 and report.is_file() else None
+        runs.append({"exit": status, "numbers": numbers})
+    wall = time.perf_counter() - began
+    speeds = [r["numbers"]["rpms_per_s"] for r in runs if r["numbers"]]
+    utils = [r["numbers"]["gpu_utilisation_mean_pct"] for r in runs
+             if r["numbers"] and r["numbers"].get("gpu_utilisation_mean_pct") is not None]
+    return {"runs": count, "loader_workers_per_run": workers, "wall_s": round(wall, 1),
+            "rpms_per_s_per_run": speeds, "aggregate_rpms_per_s": round(sum(speeds), 1) if len(speeds) == count else None,
+            "gpu_utilisation_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
+            "failed": [i for i, r in enumerate(runs) if r["numbers"] is None]}
+
+
+def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) -> str:
+    base = next((r["aggregate_rpms_per_s"] for r in rows if r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
+    lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s; RPMs/s of training steps "
+             "(validation excluded)", "",
+             "| runs at once | loader workers per run | RPMs/s per run | aggregate RPMs/s | vs 1 run | GPU util % |",
+             "|---:|---:|---|---:|---:|---:|"]
+    for r in rows:
+        agg = r["aggregate_rpms_per_s"]
+        ratio = f"{agg / base:.2f}x" if agg and base else ""
+        util = "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"
+        per_run = ", ".join(f"{x:,.0f}" for x in r["rpms_per_s_per_run"]) or "failed"
+        lines.append(f"| {r['runs']} | {r['loader_workers_per_run']} | {per_run} | "
+                     f"{'' if agg is None else format(agg, ',.0f')} | {ratio} | {util} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=None, help="an I-RAVEN cache or folder (the dry run generates a tiny one)")
+    parser.add_argument("--runs", type=_counts, default=[1, 2], help="counts of concurrent runs to compare (default 1,2)")
+    parser.add_argument("--setup", default="ce_aux_sparse", help="training setup (default ce_aux_sparse)")
+    parser.add_argument("--train-budget", type=float, default=None,
+                        help="wall seconds each run trains (default 60 on a GPU, 4 in the dry run)")
+    parser.add_argument("--total-workers", type=int, default=None,
+                        help="DataLoader workers shared by the runs at once (default 14 on a GPU, 0 in the dry run)")
+    parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on the CPU: the same code path")
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "concurrent_runs", help="output folder")
+    args = parser.parse_args(argv)
+    args.train_budget = args.train_budget or (4.0 if args.cpu_dry_run else 60.0)
+    args.total_workers = args.total_workers if args.total_workers is not None else (0 if args.cpu_dry_run else 14)
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.data
+    if data is None:
+        if not args.cpu_dry_run:
+            parser.error("--data is required (a cache such as data/i-raven-80), except with --cpu-dry-run")
+        from rpm_lib.training.config import TrainConfig
+        from rpm_lib.training.generation import ensure_generated
+
+        data = str(args.out / "iraven")
+        ensure_generated(TrainConfig(data_root=data, generate=True, generate_num_per_config=10, generate_seed=3,
+                                     progress_bar=False))
+    elif not Path(data).exists():
+        parser.error(f"--data: {data} does not exist")
+    import torch
+
+    device = "CPU (dry run)" if args.cpu_dry_run or not torch.cuda.is_available() else torch.cuda.get_device_name(0)
+    rows = []
+    for count in args.runs:
+        print(f"[concurrent] {count} run(s) at once, {args.train_budget:g} s each ...", flush=True)
+        rows.append(run_together(count, args, data, args.out))
+        print(f"[concurrent] {json.dumps(rows[-1])}", flush=True)
+        (args.out / "concurrent_runs.json").write_text(json.dumps({"device": device, "rows": rows}, indent=1))
+    table = render(rows, args, device)
+    (args.out / "concurrent_runs.md").write_text(table + "\n")
+    print(table)
+    return 1 if any(r["failed"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
