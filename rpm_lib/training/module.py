@@ -249,7 +249,11 @@ class RpmModule(L.LightningModule):
         ``bn_recalibration_loader()``. Runs under the trainer's precision (autocast), as validation does.
         Returns the number of batches used."""
         if batches is None:
-            batches = self.trainer.datamodule.bn_recalibration_loader()
+            datamodule = self.trainer.datamodule
+            if not hasattr(datamodule, "bn_recalibration_loader"):
+                raise RuntimeError("RpmModule: re-estimating BatchNorm statistics reads training problems through "
+                                   "an RpmDataModule; fit with one, or set bn_recalibration_batches=0")
+            batches = datamodule.bn_recalibration_loader()
 
         def forward(batch: dict[str, Any]) -> None:
             panels = batch["panels"].to(self.device, non_blocking=True)

@@ -183,3 +183,17 @@ def test_linear_evaluation_re_estimates_the_statistics_it_was_handed(
     train(config, callbacks=[_SpoilAfterPretraining(), watch])
     expected = _recalibrated_from(config, f"{config.run_dir}/checkpoints/pretrain/last.ckpt", 1)
     assert _same(watch.states["start"], expected) and _same(watch.states["end"], expected)
+
+
+def test_fitting_without_the_datamodule_says_how_to_turn_the_re_estimate_off(
+        tiny_config: Callable[..., TrainConfig]) -> None:
+    config = tiny_config(setup="mlcl")
+    plan = stage_plan(config)[1]  # linear evaluation: re-estimates when fit starts
+    module = RpmModule(config, config.rule_spec.width)
+    module.set_stage(plan)
+    datamodule = RpmDataModule(config, plan)
+    datamodule.setup()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError, match="bn_recalibration_batches=0"):
+        trainer.fit(module, train_dataloaders=datamodule.train_dataloader())
