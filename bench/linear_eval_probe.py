@@ -229,9 +229,11 @@ def problem_batches(config: Any, plan: Any, split: str, limit: int, batch_size: 
 # features
 # ----------------------------------------------------------------------------------------------
 def _bn_layers(module: Any) -> list[tuple[str, Any]]:
-    from torch import nn
+    """(name, layer) of the BatchNorm layers the library re-estimates (``batchnorm_layers``)."""
+    from rpm_lib.training.batchnorm import batchnorm_layers
 
-    return [(name, m) for name, m in module.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    layers = set(batchnorm_layers(module))
+    return [(name, m) for name, m in module.named_modules() if m in layers]
 
 
 def _to_input(module: Any, panels: Any, device: Any) -> Any:

@@ -36,20 +36,43 @@ def _row(stage: str, epoch: int, train_loss: float, val_loss: float, val_accurac
             "val_accuracy": val_accuracy, "lr": 0.002}
 
 
-def test_epoch_lines_carry_stage_epoch_losses_elapsed_and_etas(tmp_path):
+def _two_runs(tmp_path, **watch):
+    """Runs main/a (CE, 3 epochs) and main/b (3 pre-training + 2 linear epochs, planned) in tmp_path, and a watcher
+    over them with a fake clock; ``watch``: more LiveProgress arguments. Returns (watcher, printed lines, clock)."""
     runs = [("main/a", tmp_path / "a"), ("main/b", tmp_path / "b")]
     for _, folder in runs:
         folder.mkdir()
     lines: list[str] = []
     clock = Clock()
-    # run b is a 2-stage training (3 pre-training + 2 linear epochs) known before it starts
     watcher = LiveProgress(runs, lines.append, stall_s=600, planned={"main/b": {"pretrain": 3, "linear": 2}},
-                           clock=clock)
-    watcher.poll()
-    assert lines == []  # nothing started
+                           clock=clock, **watch)
+    return watcher, lines, clock
+
+
+def _start_run_a(tmp_path):
     a = tmp_path / "a"
     (a / "run.json").write_text("{}")
     (a / "config.yaml").write_text("setup: ce\nmax_epochs: 3\n")
+    return a
+
+
+def _run_a_ends_and_b_pretrains_one_epoch(tmp_path, watcher, clock, now):
+    """main/a ends, main/b starts at once and finishes its first pre-training epoch at time ``now``."""
+    watcher.ended("main/a")
+    b = tmp_path / "b"
+    (b / "run.json").write_text("{}")
+    watcher.poll()
+    clock.now = now
+    _write_history(b, [_row("pretrain", 0, 7.5, 7.9, "")])
+    watcher.poll()
+
+
+def test_epoch_lines_carry_stage_epoch_losses_elapsed_and_etas(tmp_path):
+    # run b is a 2-stage training (3 pre-training + 2 linear epochs) known before it starts
+    watcher, lines, clock = _two_runs(tmp_path)
+    watcher.poll()
+    assert lines == []  # nothing started
+    a = _start_run_a(tmp_path)
     watcher.poll()  # started at t=0
     clock.now = 30.0
     _write_history(a, [_row("supervised", 0, 2.0794, 2.07, 0.125)])
@@ -64,44 +87,24 @@ def test_epoch_lines_carry_stage_epoch_losses_elapsed_and_etas(tmp_path):
     # mean of 30 s and 20 s: 25 s per epoch, 1 epoch left
     assert lines[2] == ("  [1/2] main/a supervised epoch 2/3: train loss 1.5000, val acc 40.0%, 50 s elapsed, "
                         "ETA run 25 s, grid 2m30s")
-    watcher.ended("main/a")
-    b = tmp_path / "b"
-    (b / "run.json").write_text("{}")
-    watcher.poll()
-    clock.now = 90.0
     # pre-training has no validation accuracy: its validation loss is shown instead
-    _write_history(b, [_row("pretrain", 0, 7.5, 7.9, "")])
-    watcher.poll()
+    _run_a_ends_and_b_pretrains_one_epoch(tmp_path, watcher, clock, now=90.0)
     assert lines[3] == ("  [2/2] main/b pretrain epoch 1/3: train loss 7.5000, val loss 7.9000, 40 s elapsed, "
                         "ETA run 2m40s")  # the last run: no grid ETA of its own
     assert len(lines) == 4
 
 
 def test_a_stage_of_two_views_is_estimated_at_twice_the_cost_per_epoch(tmp_path):
-    runs = [("main/a", tmp_path / "a"), ("main/b", tmp_path / "b")]
-    for _, folder in runs:
-        folder.mkdir()
-    lines: list[str] = []
-    clock = Clock()
     # run b: MLCL+AUG pre-training (two augmented views per RPM), then a linear stage of one view
-    watcher = LiveProgress(runs, lines.append, stall_s=600, planned={"main/b": {"pretrain": 3, "linear": 2}},
-                           views={"main/b": {"pretrain": 2, "linear": 1}}, clock=clock)
-    a = tmp_path / "a"
-    (a / "run.json").write_text("{}")
-    (a / "config.yaml").write_text("setup: ce\nmax_epochs: 3\n")
+    watcher, lines, clock = _two_runs(tmp_path, views={"main/b": {"pretrain": 2, "linear": 1}})
+    a = _start_run_a(tmp_path)
     watcher.poll()
     clock.now = 30.0
     _write_history(a, [_row("supervised", 0, 2.0794, 2.07, 0.125)])
     watcher.poll()
     # a: 2 epochs x 30 s left; b: (3 x 2 + 2 x 1) epoch-views x 30 s = 4 min
     assert lines[0].endswith("ETA run 1m00s, grid 5m00s"), lines[0]
-    watcher.ended("main/a")
-    b = tmp_path / "b"
-    (b / "run.json").write_text("{}")
-    watcher.poll()
-    clock.now = 70.0
-    _write_history(b, [_row("pretrain", 0, 7.5, 7.9, "")])
-    watcher.poll()
+    _run_a_ends_and_b_pretrains_one_epoch(tmp_path, watcher, clock, now=70.0)
     # 2 pre-training epochs at the measured 40 s, 2 linear epochs at 40 s / 2 views
     assert lines[-1].endswith("ETA run 2m00s"), lines[-1]
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from rpm_lib import rules
 from rpm_lib.data.seeding import derive_seed
@@ -316,8 +316,6 @@ class RpmDataModule(L.LightningDataModule):
         function of the weights only (resuming a run re-estimates exactly the same values). Every DDP process
         reads all of them, so every process computes the same statistics without communicating.
         """
-        from torch.utils.data import Subset
-
         if self._recalibration_set is None:
             view = self.make_split("train")
             count = min(len(view), self.config.bn_recalibration_batches * self.plan.batch_size)
