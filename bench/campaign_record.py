@@ -4,7 +4,8 @@
 
 * ``<files_at>/state.tar.gz`` (or its parts ``state.tar.gz.part00``, ``part01``, ... joined in order) becomes
   ``results/table1_scl_gpu/state.tar.gz`` (what the next slice resumes);
-* the slice (date, card, seconds, exit status, state size, mean GPU utilisation, each run's standing) is appended
+* the slice (date, card, seconds, exit status, state size, mean GPU utilisation, the seconds the GPU sat idle
+  before training began, each run's standing) is appended
   to ``results/table1_scl_gpu/slices.jsonl``;
 * ``results/table1_scl_gpu/progress.md`` and ``table1.md`` are replaced by the slice's;
 * the per-slice table of ``docs/reproduction-gpu.md`` (between its ``slices`` markers) is rewritten from
@@ -16,6 +17,7 @@ Then commit ``results/`` and ``docs/``. ``--check`` only re-renders the document
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import shutil
@@ -35,13 +37,32 @@ def gpu_utilisation(path: Path) -> float | None:
     CSV, leaving out the first and last minute (data generation before training, packing after)."""
     if not path.is_file():
         return None
-    values = []
+    values = [percent for _when, percent in _samples(path)]
+    inner = values[12:-12] if len(values) > 30 else values
+    return round(statistics.fmean(inner), 1) if inner else None
+
+
+def _samples(path: Path) -> list[tuple[datetime.datetime, float]]:
+    """(time, utilisation %) of each sample of an ``nvidia-smi --query-gpu=timestamp,utilization.gpu,...`` CSV."""
+    samples = []
     for line in path.read_text().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and parts[1].endswith("%"):
-            values.append(float(parts[1].rstrip(" %")))
-    inner = values[12:-12] if len(values) > 30 else values
-    return round(statistics.fmean(inner), 1) if inner else None
+            try:
+                when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f")
+            except ValueError:
+                continue
+            samples.append((when, float(parts[1].rstrip(" %"))))
+    return samples
+
+
+def idle_before_training(path: Path) -> float | None:
+    """Seconds from the slice's first ``nvidia-smi`` sample to the first with the GPU busy (> 0 %): the time the
+    data generation, unpacking and the runs' start-up leave the GPU with nothing to do (to 5 s, the sampling
+    period). None without samples or without a busy one."""
+    samples = _samples(path) if path.is_file() else []
+    busy = [when for when, percent in samples if percent > 0]
+    return round((busy[0] - samples[0][0]).total_seconds(), 1) if busy else None
 
 
 def record(files_at: Path) -> dict:
@@ -63,7 +84,8 @@ def record(files_at: Path) -> dict:
     else:
         shutil.copyfile(state, stored)
     entry = {"slice": len(previous) + 1, **info, "state_bytes": stored.stat().st_size,
-             "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"), "runs": runs,
+             "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"),
+             "idle_before_training_seconds": idle_before_training(files_at / "gpu_util.csv"), "runs": runs,
              "rpms_per_second": aggregate_rate(previous[-1]["runs"] if previous else [], runs, info["seconds"])}
     for name in ("progress.md", "table1.md"):
         if (files_at / name).is_file():
@@ -90,13 +112,14 @@ def _run_cell(run: dict) -> str:
 
 
 def slices_markdown(entries: list[dict]) -> str:
-    lines = ["| slice | date | card | seconds | exit | state MB | GPU util % | RPMs/s, all runs | runs (epochs per stage, "
-             "best val %) |", "|---:|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| slice | date | card | seconds | idle at start s | exit | state MB | GPU util % | RPMs/s, all runs | runs "
+             "(epochs per stage, best val %) |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for e in entries:
         runs = "; ".join(_run_cell(run) for run in e["runs"])
         util = "" if e.get("gpu_utilisation_percent") is None else f"{e['gpu_utilisation_percent']:.0f}"
         rate = "" if e.get("rpms_per_second") is None else f"{e['rpms_per_second']:,.0f}"
-        lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {e['exit_status']} | "
+        idle = "" if e.get("idle_before_training_seconds") is None else f"{e['idle_before_training_seconds']:.0f}"
+        lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {idle} | {e['exit_status']} | "
                      f"{e['state_bytes'] / 1e6:.1f} | {util} | {rate} | {runs} |")
     return "\n".join(lines)
 

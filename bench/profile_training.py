@@ -30,12 +30,11 @@ d. **profiled Lightning fit** (``torch.profiler``, schedule wait/warmup/active):
 The differences a -> b -> c attribute the lost time: b - a is the loader and host->device copy, c - b is
 Lightning / Python per-step overhead; the verdict lines say so in ms/step and in % of a Lightning step.
 
-On the GPU (one call of about 2.5 minutes: 35 s to generate 70,000 problems and cache them at 80 px as
-``bench/device_check.sh`` does, then about 90 s of profiling; ``--compile`` adds roughly a minute of compilation;
-the timed fits need ``(--warmup + --steps) * batch_size`` training problems, 28,160 here of the 42,000)::
+On the GPU (one call of about 2.5 minutes: generating the 70,000 problems straight into the 80 px cache, then
+about 90 s of profiling; ``--compile`` adds roughly a minute of compilation; the timed fits need
+``(--warmup + --steps) * batch_size`` training problems, 28,160 here of the 42,000)::
 
-    rpm-generate --out /tmp/iraven --num-per-config 10000 --seed 1234 --workers 16 --no-xml --quiet && \\
-    rpm-data prepare /tmp/iraven --out /tmp/iraven-80 --size 80 --workers 16 --no-progress && \\
+    rpm-generate --out /tmp/iraven-80 --cache-size 80 --num-per-config 10000 --seed 1234 --workers 16 --quiet && \\
     python bench/profile_training.py --steps 200 --warmup 20 --out $OUT/profile data_root=/tmp/iraven-80 \\
         encoder=scl setup=ce_aux_sparse batch_size=128 image_size=80 num_workers=14 progress_bar=false
 

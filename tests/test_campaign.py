@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,24 +78,39 @@ def test_the_gpu_campaign_trains_the_table1_grid_row_of_scl() -> None:
 
 
 # Fingerprint of the campaign's data recipe on a small scale (10 problems per configuration, the campaign's seed and
-# mode, cached at 80 px), made by the generator and cache that produced the committed campaign state. The runs in
-# results/table1_scl_gpu resume only on data with the fingerprint they recorded: a change of the generator or of
-# the cache's arrays that alters this value strands them.
+# mode, cached at 80 px), made by the generator and cache that produced the committed campaign state (slices 1-3
+# wrote the problem files, then `rpm-data prepare`; later slices `rpm-generate --cache-size`, the same bytes). The
+# runs in results/table1_scl_gpu resume only on data with the fingerprint they recorded: a change of the generator
+# or of the cache's arrays that alters this value strands them.
 CAMPAIGN_RECIPE_FINGERPRINT = "sha256-pieces-v1:83c090036849f4aca3d43a5937d813b7b24bdd39b861693a71a8c6219bac5a0d"
+TWO_STEP_RECIPE = ([["rpm-generate", "--out", "data/i-raven", "--num-per-config", "10000", "--seed", "1234", "--mode",
+                     "balanced", "--workers", "16", "--no-xml", "--quiet"],
+                    ["rpm-data", "prepare", "data/i-raven", "--out", "data/i-raven-80", "--size", "80", "--workers",
+                     "16", "--no-progress"]])
 
 
-def test_the_campaign_data_recipe_still_makes_the_same_bytes(tmp_path: Path) -> None:
+def _small(command: list[str], tmp_path: Path) -> list[str]:
+    """A recipe command at 10 problems per configuration and 2 workers, its data/ paths under ``tmp_path``."""
+    small = list(command)
+    for option, value in (("--num-per-config", "10"), ("--workers", "2")):
+        if option in small:
+            small[small.index(option) + 1] = value
+    return [str(tmp_path / arg) if arg.startswith("data/") else arg for arg in small]
+
+
+@pytest.mark.parametrize("recipe", ["configs/table1_scl_gpu.yaml", "two-step (slices 1-3)"])
+def test_the_campaign_data_recipe_still_makes_the_same_bytes(tmp_path: Path, recipe: str) -> None:
     from rpm_lib.data.fingerprint import data_fingerprint
 
+    config = yaml.safe_load((REPO / "configs" / "table1_scl_gpu.yaml").read_text())
+    commands = TWO_STEP_RECIPE if recipe.startswith("two-step") else [step["run"] for step in config["prepare"]]
     env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"}
-    for command in (["rpm-generate", "--out", str(tmp_path / "raw"), "--num-per-config", "10", "--seed", "1234",
-                     "--mode", "balanced", "--workers", "2", "--no-xml", "--quiet"],
-                    ["rpm-data", "prepare", str(tmp_path / "raw"), "--out", str(tmp_path / "c80"), "--size", "80",
-                     "--workers", "2", "--no-progress"]):
+    for command in commands:
+        command = _small([str(arg) for arg in command], tmp_path)
         module = {"rpm-generate": "rpm_lib.generator.cli", "rpm-data": "rpm_lib.data.cli"}[command[0]]
         done = subprocess.run([sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main())",
                                *command[1:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
-    assert data_fingerprint(tmp_path / "c80") == CAMPAIGN_RECIPE_FINGERPRINT, (
+    assert data_fingerprint(tmp_path / config["fixed"]["data_root"]) == CAMPAIGN_RECIPE_FINGERPRINT, (
         "the generator or the cache now make other bytes for the campaign's recipe: the runs committed in "
         "results/table1_scl_gpu cannot resume (restart the campaign, or keep the old output)")

@@ -126,18 +126,33 @@ def read_manifest(path: str | Path) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FileRecords:
+    """A build's rows read from their files: ``record(file)`` loads and validates ``file.path`` (``rpm-data prepare``).
+
+    Another source (``rpm_lib.generator.cache_writer.GeneratedRecords``) makes the same records without files;
+    a source is called in worker processes, so it must pickle.
+    """
+
+    kind: str
+
+    def __call__(self, file: RawFile) -> RpmRecord:
+        return KINDS[self.kind].load(file.path)
+
+
 @dataclass
 class _Chunk:
     """A contiguous range of rows converted by one worker call."""
 
     chunk_id: int
     start: int
-    paths: list[str]
+    files: list[RawFile]
     kind: str
     size: int
     resize: str
     panels_path: str
     on_error: str
+    source: Callable[[RawFile], RpmRecord]
 
 
 @dataclass
@@ -159,9 +174,10 @@ def _init_worker() -> None:
 
 
 def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
-    """Load, validate and resize the chunk's files into its rows of ``panels.npy``; return its labels."""
+    """Get the chunk's validated problems from its source, resize them into its rows of ``panels.npy``; return
+    its labels."""
     spec = KINDS[chunk.kind]
-    n = len(chunk.paths)
+    n = len(chunk.files)
     result = _ChunkResult(
         chunk.chunk_id,
         chunk.start,
@@ -174,9 +190,10 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
     )
     panels = np.load(chunk.panels_path, mmap_mode="r+")
     try:
-        for j, path in enumerate(chunk.paths):
+        for j, file in enumerate(chunk.files):
+            path = str(file.path)
             try:
-                record = spec.load(path)
+                record = chunk.source(file)
                 resized = resize_panels(record.panels, chunk.size, chunk.resize)
             except (DataFormatError, ValueError) as error:
                 message = str(error) if isinstance(error, DataFormatError) else f"{path}: {error}"
@@ -196,14 +213,23 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
     return result
 
 
+def names_sha256(names: Sequence[str]) -> str:
+    """The plan's ``files_sha256``: which problems, by their names relative to the source folder, in row order."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(f"{name}\n".encode())
+    return digest.hexdigest()
+
+
 def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, chunk_size: int) -> dict:
     # Names say which files; size and modification time (ns) say which contents, without reading them: a file
     # regenerated or replaced under the same name changes its time, so the cache is rebuilt, not trusted.
-    digest, content = hashlib.sha256(), hashlib.sha256()
+    content = hashlib.sha256()
+    names = []
     for f in files:
         name = f.path.relative_to(root)
         stat = f.path.stat()
-        digest.update(f"{name}\n".encode())
+        names.append(str(name))
         content.update(f"{name}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
     return {
         "kind": kind,
@@ -211,7 +237,7 @@ def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, c
         "resize": resize,
         "source_root": str(root),
         "num_rows": len(files),
-        "files_sha256": digest.hexdigest(),
+        "files_sha256": names_sha256(names),
         "content_sha256": content.hexdigest(),
         "chunk_size": chunk_size,
     }
@@ -223,6 +249,22 @@ _INPUT_KEYS = ("kind", "image_size", "resize", "source_root", "num_rows", "files
 
 def _same_inputs(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in _INPUT_KEYS)
+
+
+def _differences(previous: dict, plan: dict) -> str:
+    """What differs between two plans, for a message: for two generated caches the generator settings, size and
+    row count by name and value; otherwise the names of the differing input keys."""
+    old, new = previous.get("generator"), plan.get("generator")
+    if isinstance(old, dict) and isinstance(new, dict):
+        said = [f"{k} {old.get(k)!r} there, {new.get(k)!r} asked" for k in sorted({*old, *new})
+                if old.get(k) != new.get(k)]
+        said += [f"{k} {previous.get(k)!r} there, {plan.get(k)!r} asked" for k in ("image_size", "resize", "num_rows")
+                 if previous.get(k) != plan.get(k)]
+        if previous.get("files_sha256") != plan.get("files_sha256") and previous.get("num_rows") == plan.get("num_rows"):
+            said.append("the problem indices or configurations")
+        if said:
+            return ", ".join(said)
+    return ", ".join(k for k in _INPUT_KEYS if previous.get(k) != plan.get(k))
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
@@ -340,21 +382,51 @@ def prepare_cache(
         if configurations is not None:
             raise ValueError("configurations= applies to kind='raven' only")
         files = find_pgm_files(root, regimes)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # One writer per cache: a second `rpm-data prepare` into the same --out is refused, naming the first. The lock
-    # sits beside <out> (which is built as <out>.partial and renamed), so the messages name <out>, not its parent.
-    with exclusive_writer(out.with_name(out.name + ".lock"), "rpm-data prepare", folder=out):
-        return _prepare_locked(root, out, files, spec, size, workers, kind, on_error, resize, chunk_size, progress,
-                               show_progress)
-
-
-def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, size: int, workers: int, kind: str,
-                    on_error: str, resize: str, chunk_size: int, progress: Callable[[int, int], None] | None,
-                    show_progress: bool) -> Path:
-    partial = out.with_name(out.name + ".partial")
     plan = _plan(kind, root, files, size, resize, chunk_size)
     regime = _source_regime(root) if kind == "raven" else None
+    build_cache(out, files, plan, FileRecords(kind), kind=kind, regime=regime, workers=workers, on_error=on_error,
+                progress=progress, show_progress=show_progress)
+    return Path(out)
+
+
+def build_cache(out: str | Path, files: list[RawFile], plan: dict, source: Callable[[RawFile], RpmRecord], *,
+                kind: str = "raven", regime: dict | None = None, workers: int = 1, on_error: str = "stop",
+                progress: Callable[[int, int], None] | None = None, show_progress: bool = True,
+                writer: str = "rpm-data prepare") -> int:
+    """Build (or resume, or find up to date) the cache ``out`` with one row per ``files`` entry, in that order.
+
+    What :func:`prepare_cache` does once it has listed and planned a raw folder; ``rpm-generate --cache-size``
+    calls it with problems that never become files.
+
+    Args:
+        files: the rows: ``file.group``, ``file.split`` and ``file.file_id`` fill the row index arrays; the
+            source turns each into its problem.
+        plan: what the cache is built from and how (``image_size``, ``resize``, ``chunk_size`` and the input
+            keys that say whether an existing cache or an interrupted build is of the same inputs); stored in
+            the manifest.
+        source: ``source(file) -> RpmRecord``, called in worker processes (so it must pickle); its
+            ``DataFormatError`` / ``ValueError`` stops the build or skips the row (``on_error``).
+        regime: recorded as the manifest's ``regime``.
+        writer: the program named by the one-writer lock's refusal.
+
+    Returns:
+        The rows converted by this call (0 when the cache was already complete).
+    """
+    spec = kind_spec(kind)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # One writer per cache: a second writer into the same --out is refused, naming the first. The lock sits
+    # beside <out> (which is built as <out>.partial and renamed), so the messages name <out>, not its parent.
+    with exclusive_writer(out.with_name(out.name + ".lock"), writer, folder=out):
+        return _build_locked(out, files, plan, source, spec, regime, workers, on_error, progress, show_progress,
+                             writer)
+
+
+def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[[RawFile], RpmRecord], spec: _Kind,
+                  regime: dict | None, workers: int, on_error: str, progress: Callable[[int, int], None] | None,
+                  show_progress: bool, writer: str) -> int:
+    partial = out.with_name(out.name + ".partial")
+    size, resize, chunk_size = plan["image_size"], plan["resize"], plan["chunk_size"]
 
     if is_cache(out):
         manifest = read_manifest(out)
@@ -362,13 +434,12 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
         if _same_inputs(previous, plan):
             check_cache(out, manifest)  # "up to date" only for a cache that is also intact
             print(f"{out}: cache is complete and up to date", file=sys.stderr)
-            return out
+            return 0
         if "content_sha256" not in previous:
             raise DataFormatError(f"{out}: a cache built by an older rpm_lib, which did not record its input files' "
                                   "sizes and times, so it cannot be checked; delete it or choose another --out")
-        changed = [k for k in _INPUT_KEYS if previous.get(k) != plan.get(k)]
         raise DataFormatError(f"{out}: a cache built from other inputs or settings exists (differs in "
-                              f"{', '.join(changed)}); delete it or choose another --out")
+                              f"{_differences(previous, plan)}); delete it or choose another --out")
     if out.exists():
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()
@@ -386,34 +457,35 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
             _remove_partial(partial)
         elif is_cache(partial):  # finished, killed before the rename
             os.rename(partial, out)
-            return out
+            return 0
     # Memory-mapped outputs are sparse files: without this check a full disk shows up as SIGBUS mid-build.
     row_bytes = NUM_PANELS * size * size + 8 + int(np.prod(spec.build_meta_shape)) + spec.meta_target_dim + 1
     resuming = partial.exists()
     if not resuming:
-        check_free_space(partial, len(files) * row_bytes, "rpm-data prepare")
+        check_free_space(partial, len(files) * row_bytes, writer)
         _allocate(partial, spec, files, size, plan)
 
     done, skipped = _read_journal(partial)
     if resuming:
         rows_left = len(files) - sum(min(chunk_size, len(files) - i * chunk_size) for i in done)
-        check_free_space(partial, rows_left * row_bytes, "rpm-data prepare")
+        check_free_space(partial, rows_left * row_bytes, writer)
     starts = range(0, len(files), chunk_size)
     chunks = [
-        _Chunk(i, start, [str(f.path) for f in files[start : start + chunk_size]], kind, size, resize,
-               str(partial / "panels.npy"), on_error)
+        _Chunk(i, start, files[start : start + chunk_size], spec.name, size, resize, str(partial / "panels.npy"),
+               on_error, source)
         for i, start in enumerate(starts)
         if i not in done
     ]
-    files_done = len(files) - sum(len(c.paths) for c in chunks)
+    files_done = len(files) - sum(len(c.files) for c in chunks)
+    converted = 0
     labels = {name: np.load(partial / f"{name}.npy", mmap_mode="r+")
               for name in ("targets", "meta", "meta_target", "valid", "problem_hashes")}
-    bar = tqdm(total=len(files), initial=files_done, unit="RPM", desc=f"prepare {out.name}", disable=not show_progress)
+    bar = tqdm(total=len(files), initial=files_done, unit="RPM", desc=f"{writer.split()[-1]} {out.name}", disable=not show_progress)
     try:
         with open(partial / JOURNAL, "a") as journal:
 
             def record(result: _ChunkResult) -> None:
-                nonlocal files_done
+                nonlocal files_done, converted
                 rows = slice(result.start, result.start + len(result.ok))
                 labels["targets"][rows] = result.targets
                 labels["meta"][rows] = result.meta
@@ -427,6 +499,7 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
                 os.fsync(journal.fileno())
                 skipped.extend(result.skipped)
                 files_done += len(result.ok)
+                converted += len(result.ok)
                 bar.update(len(result.ok))
                 if progress is not None:
                     progress(files_done, len(files))
@@ -455,7 +528,7 @@ def _prepare_locked(root: Path, out: Path, files: list[RawFile], spec: _Kind, si
     _finish(partial, out, spec, plan, skipped, on_error, regime)
     if on_error == "skip":
         print(f"skipped {len(skipped)} file(s); see {out / SKIPPED}", file=sys.stderr)
-    return out
+    return converted
 
 
 def _source_regime(root: Path) -> dict | None:
@@ -660,8 +733,7 @@ class CacheReader:
         if self.manifest["image_size"] != image_size:
             raise DataFormatError(
                 f"{self.path}: cache built for image_size={self.manifest['image_size']} cannot serve image_size={image_size}; "
-                f"use image_size={self.manifest['image_size']}, the raw folder {self.manifest['plan']['source_root']}, "
-                f"or build another cache with `rpm-data prepare --size {image_size}`"
+                f"use image_size={self.manifest['image_size']}, {self._other_size_hint(image_size)}"
             )
         if self.manifest["resize"] != resize:
             raise DataFormatError(
@@ -679,6 +751,12 @@ class CacheReader:
         self.problem_hashes: np.ndarray | None = arrays.get("problem_hashes")
         self._panels: np.ndarray | None = None
         self._panels_pid: int | None = None
+
+    def _other_size_hint(self, image_size: int) -> str:
+        plan = self.manifest["plan"]
+        if isinstance(plan.get("generator"), dict):  # no raw folder: made by rpm-generate --cache-size
+            return f"or generate another cache with `rpm-generate --cache-size {image_size}` ({plan['source_root']})"
+        return f"the raw folder {plan['source_root']}, or build another cache with `rpm-data prepare --size {image_size}`"
 
     def select(self, group_names: Sequence[str], split: str) -> np.ndarray:
         """int64 rows of valid problems of ``split`` for each group in the given order, by file id."""

@@ -12,9 +12,10 @@ must then name a ``Mesh`` component, and must not otherwise. A (12, 9) file with
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -116,6 +117,24 @@ def load_raven_npz(path: str | Path, with_image: bool = True) -> RpmRecord:
     """
     path = Path(path)
     arrays = read_npz(path, RAVEN_KEYS, header_only=() if with_image else ("image",), optional=RAVEN_OPTIONAL_KEYS)
+    return raven_record(path, arrays, with_image)
+
+
+def raven_record(path: str | Path, arrays: Mapping[str, Any], with_image: bool = True) -> RpmRecord:
+    """Validate the arrays of one RAVEN-layout problem (what :func:`load_raven_npz` checks, see there).
+
+    The one definition of a valid RAVEN problem: files go through it after reading, and problems that
+    ``rpm-generate --cache-size`` puts straight into a cache go through it without ever being a file.
+
+    Args:
+        path: the file, or the name the problem would have as a file (``<configuration>/RAVEN_<k>_<split>.npz``);
+            only used in messages.
+        arrays: ``image`` (array, or only its header when ``with_image`` is False), ``target``, ``meta_matrix``,
+            ``meta_target`` and optionally ``structure``.
+
+    Raises:
+        DataFormatError: naming ``path`` and the problem.
+    """
     image = arrays["image"]
     if len(image.shape) != 3 or image.shape[0] != NUM_PANELS or image.shape[1] != image.shape[2] or image.shape[1] < 1:
         raise DataFormatError(f"{path}: 'image' has shape {tuple(image.shape)}, expected (16, H, H) e.g. (16, 160, 160)")

@@ -11,6 +11,7 @@ Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
     rpm-generate --out data/custom --held-out size:Progression --held-out type
     rpm-generate --out data/i-raven-mesh --mesh                   # I-RAVEN-Mesh (docs/generator.md, "Mesh")
     rpm-generate --out data/mesh-faithful --mesh --mode mesh-faithful   # with raven-datasets' line-count leak
+    rpm-generate --out data/i-raven-80 --cache-size 80 --workers 16     # straight into a training cache (7.2 GB)
 
 Every error is one line on stderr with exit status 2 (bad options, nothing written) or 1 (the write failed).
 """
@@ -21,8 +22,10 @@ import sys
 import time
 from typing import Sequence
 
+from rpm_lib.data.errors import DataFormatError
 from rpm_lib.folder_lock import NotEnoughSpaceError, UnsafeLockFileError, cap_workers, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
+from rpm_lib.generator.cache_writer import generate_cache
 from rpm_lib.generator.candidates import MODES, check_mode
 from rpm_lib.generator.writer import REGIME_FILE, write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
@@ -37,6 +40,9 @@ def _regime_lines() -> str:
 
 
 _EPILOG = f"""\
+--cache-size S writes no problem files: <out> becomes the memory-mapped training cache that `rpm-data
+prepare <raw> --size S` would build from them (the same bytes), without the ~410 kB .npz per problem between.
+
 output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k % 10 in tenths:
 the first 10-val-test remainders train, then val, then test (default --val 2 --test 2: 0-5 train,
 6-7 val, 8-9 test). Keys: image (16,160,160) uint8, target, predict (= target), meta_matrix (8,9) (also
@@ -86,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", type=int, default=0, metavar="K",
                         help="first problem index k (default: 0); generates k = start .. start+N-1")
     parser.add_argument("--no-xml", action="store_true", help="write only the .npz files (no .xml annotations; a few %% faster, 8 %% less disk)")
+    parser.add_argument("--cache-size", type=int, default=None, metavar="S",
+                        help="write a training cache at S px (rpm-data prepare's format, area resize) into --out "
+                             "instead of .npz/.xml files; rpm-train reads it as data_root")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--regime", choices=list(REGIMES), default=None, metavar="NAME",
                         help="generalisation regime (listed below; default: plain I-RAVEN)")
@@ -113,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--start must be >= 0")
     if args.seed < 0:
         parser.error(f"--seed must be >= 0, got {args.seed}")
+    if args.cache_size is not None and args.cache_size < 1:
+        parser.error(f"--cache-size must be >= 1, got {args.cache_size}")
     problem = output_folder_problem(args.out)
     if problem:
         parser.error(f"--out: {problem}")
@@ -131,21 +142,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     workers = cap_workers(args.workers, "rpm-generate")
     began = time.perf_counter()
+    shared = dict(count=args.num_per_config, seed=args.seed, mode=args.mode, workers=workers, start=args.start,
+                  progress=not args.quiet, regime=regime, val=args.val, test=args.test)
     try:
-        summary = write_dataset(
-            args.out,
-            configurations,
-            count=args.num_per_config,
-            seed=args.seed,
-            mode=args.mode,
-            workers=workers,
-            write_xml=not args.no_xml,
-            start=args.start,
-            progress=not args.quiet,
-            regime=regime,
-            val=args.val,
-            test=args.test,
-        )
+        if args.cache_size is None:
+            summary = write_dataset(args.out, configurations, write_xml=not args.no_xml, **shared)
+        else:
+            summary = generate_cache(args.out, configurations, size=args.cache_size, **shared)
+    except DataFormatError as error:  # --out holds something else, or a cache of other settings: nothing written
+        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        return 2
     except UnsafeLockFileError as error:  # no problem written yet, and only the user can remove it: like bad options
         print(f"rpm-generate: error: {error}", file=sys.stderr)
         return 2
@@ -161,9 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     seconds = time.perf_counter() - began
     rate = summary["written"] / seconds if seconds > 0 else 0.0
+    what = "" if args.cache_size is None else f"a cache at {args.cache_size} px; "
     print(
         f"rpm-generate: {summary['total']} {regime.name} problems in {args.out} "
-        f"({summary['written']} written, {summary['skipped']} already complete) "
+        f"({what}{summary['written']} written, {summary['skipped']} already complete) "
         f"in {seconds:.1f} s ({rate:.1f} problems/s)"
     )
     return 0

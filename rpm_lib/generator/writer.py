@@ -41,6 +41,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rpm_lib.data.cache import is_cache
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import (RAW_RECORD, note, panels_hash, raw_hashes, read_raw_record,
                                          write_raw_record)
@@ -378,6 +379,9 @@ def write_dataset(
     split_of(0, val, test)  # checks the split proportions
     names = resolve_configurations(configurations)
     root = Path(root)
+    if is_cache(root):  # problem files inside a cache would change its data fingerprint
+        raise DataFormatError(f"{root}: is a training cache (rpm-data prepare or rpm-generate --cache-size), not a "
+                              "folder of problem files; choose another --out (or add --cache-size to check the cache)")
     root.mkdir(parents=True, exist_ok=True)
     with exclusive_writer(root / LOCK_FILE, "rpm-generate"):
         return _write_locked(root, names, count, seed, mode, workers, write_xml, start, progress, chunk_size,
@@ -417,6 +421,19 @@ def _write_regime_file(root: Path, regime: Regime, seed: int, mode: str, val: in
         (json.dumps(regime_record(regime, seed, mode, val, test), indent=1) + "\n").encode()))
 
 
+def generator_settings(seed: int, mode: str, regime: Regime, val: int, test: int) -> dict:
+    """What decides a generated folder's problems besides their indices (``generator.json`` without the version):
+    seed, candidate mode, regime name, held-out groups, mesh flag, val / test tenths, and for a balanced Mesh the
+    line-count draw. Problems of two folders with equal settings are byte-identical index by index."""
+    wanted = {"seed": int(seed), "mode": mode, "regime": regime.name, "held_out": regime.to_json()["held_out"],
+              "mesh": regime.mesh, "val": val, "test": test}
+    if regime.mesh and mode == "balanced":
+        # The balanced Mesh draws its distractors' line counts answer-blind since this key exists; a Mesh folder
+        # without it holds raven-datasets' draws, and extending it would mix the two.
+        wanted[MESH_DRAW_KEY] = MESH_DRAW
+    return wanted
+
+
 def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = None, val: int = 2,
                     test: int = 2) -> None:
     """Refuse to add problems of other settings to a folder; record the settings (and ``regime.json``) in a new one."""
@@ -424,13 +441,7 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
 
     regime = resolve_regime(regime)
     record = root / SETTINGS_FILE
-    described = regime.to_json()
-    wanted = {"seed": int(seed), "mode": mode, "regime": regime.name, "held_out": described["held_out"],
-              "mesh": regime.mesh, "val": val, "test": test}
-    if regime.mesh and mode == "balanced":
-        # The balanced Mesh draws its distractors' line counts answer-blind since this key exists; a Mesh folder
-        # without it holds raven-datasets' draws, and extending it would mix the two.
-        wanted[MESH_DRAW_KEY] = MESH_DRAW
+    wanted = generator_settings(seed, mode, regime, val, test)
     if record.is_file():
         found = _read_settings(record)
         differ = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
