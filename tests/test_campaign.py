@@ -114,3 +114,22 @@ def test_the_campaign_data_recipe_still_makes_the_same_bytes(tmp_path: Path, rec
     assert data_fingerprint(tmp_path / config["fixed"]["data_root"]) == CAMPAIGN_RECIPE_FINGERPRINT, (
         "the generator or the cache now make other bytes for the campaign's recipe: the runs committed in "
         "results/table1_scl_gpu cannot resume (restart the campaign, or keep the old output)")
+
+
+def test_a_slice_records_how_long_the_gpu_sat_idle_before_training(tmp_path: Path) -> None:
+    record = _campaign_record()
+    csv = tmp_path / "gpu_util.csv"
+    csv.write_text("2026/11/27 01:33:22.662, 0 %, 0 MiB\n2026/11/27 01:33:27.667, 0 %, 0 MiB\n"
+                   "2026/11/27 01:34:57.690, 0 %, 1329 MiB\nnot a sample\n2026/11/27 01:35:02.690, 94 %, 5849 MiB\n"
+                   "2026/11/27 01:35:07.691, 0 %, 5855 MiB\n")
+    assert record.idle_before_training(csv) == 100.0
+    assert record.gpu_utilisation(csv) == 18.8  # short: every one of the 5 samples counts
+    csv.write_text("2026/11/27 01:33:22.662, 0 %, 0 MiB\n")
+    assert record.idle_before_training(csv) is None  # never busy: not a number
+    assert record.idle_before_training(tmp_path / "absent.csv") is None
+    entries = [{"slice": 1, "date": "d", "device": "cpu", "seconds": 10.0, "exit_status": 0, "state_bytes": 1e6,
+                "runs": [], "idle_before_training_seconds": 41.6}, {"slice": 2, "date": "d", "device": "cpu",
+                "seconds": 10.0, "exit_status": 0, "state_bytes": 1e6, "runs": []}]
+    rows = record.slices_markdown(entries).splitlines()
+    assert rows[0].split("|")[5].strip() == "idle at start s"
+    assert rows[2].split("|")[5].strip() == "42" and rows[3].split("|")[5].strip() == ""
