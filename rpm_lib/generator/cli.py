@@ -1,5 +1,6 @@
 """``rpm-generate``: write an I-RAVEN (balanced) or RAVEN (original) data set in the released layout, optionally
-in a generalisation regime (Attributeless-I-RAVEN; docs/generator.md, "Generalisation regimes").
+in a generalisation regime (Attributeless-I-RAVEN; docs/generator.md, "Generalisation regimes"), or straight into
+a training cache (``--cache-size``; docs/generator.md, "Straight into a training cache").
 
 Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
 
@@ -73,7 +74,8 @@ class _OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="rpm-generate",
-        description="Generate RAVEN-style problems (I-RAVEN balanced candidates by default) as .npz + .xml files.",
+        description="Generate RAVEN-style problems (I-RAVEN balanced candidates by default) as .npz + .xml files, "
+                    "or straight into a training cache (--cache-size).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -13,7 +13,7 @@ def test_help_lists_every_option_and_the_layout(capsys):
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     for option in ("--out", "--num-per-config", "--configurations", "--seed", "--mode", "--workers", "--no-xml",
-                   "--regime", "--held-out", "--mesh", "--val", "--test"):
+                   "--cache-size", "--regime", "--held-out", "--mesh", "--val", "--test"):
         assert option in text
     assert "RAVEN_<k>_<split>.npz" in text and "Resumable" in text
     from rpm_lib.generator.regimes import REGIMES
