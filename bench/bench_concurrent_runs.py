@@ -2,9 +2,9 @@
 
 An SCL step at batch 128 is bound by the host's kernel launches (the GPU is busy about half of each step:
 docs/reproduction-gpu.md), so two runs sharing one GPU can fill each other's gaps, which is how the Table 1 campaign
-trains (``rpm-batch --jobs 2``). This measures it: for each count N in ``--runs`` (default 1,2), N processes each
-train the same setup on the same data for the same wall budget (``bench/device_check.py``'s training part), started
-together, each with ``--total-workers / N`` DataLoader workers. Per run: the RPMs/s of its training steps
+trains (``rpm-batch --jobs 2`` in slices 1-3, ``--jobs 3`` since). This measures it: for each count N in ``--runs``
+(default 1,2), N processes each train the same setup on the same data for the same wall budget
+(``bench/device_check.py``'s training part), started together, each with ``--total-workers / N`` DataLoader workers. Per run: the RPMs/s of its training steps
 (validation excluded) and the GPU utilisation it sampled; per N: their sum, and its ratio to N = 1.
 
     python bench/bench_concurrent_runs.py --data data/i-raven-80 --out $OUT/concurrent     # GPU, ~3 min

@@ -2,6 +2,8 @@
 
     python bench/campaign_record.py <files_at>      # the folder the device tool copied $OUT into
 
+* the slice's reports come from ``<files_at>/slice.tar.gz`` (``progress.md``, ``progress.json``, ``table1.md``,
+  ``slice.json``, ``gpu_util.csv``; slices 1-3 returned them as loose files, which are read the same way);
 * ``<files_at>/state.tar.gz`` (or its parts ``state.tar.gz.part00``, ``part01``, ... joined in order) becomes
   ``results/table1_scl_gpu/state.tar.gz`` (what the next slice resumes);
 * the slice (date, card, seconds, exit status, state size, mean GPU utilisation, the seconds the GPU sat idle
@@ -65,14 +67,43 @@ def idle_before_training(path: Path) -> float | None:
     return round((busy[0] - samples[0][0]).total_seconds(), 1) if busy else None
 
 
+#: The slice's reports (in ``slice.tar.gz``, or loose beside the state as slices 1-3 returned them).
+REPORTS = ("slice.json", "progress.json", "progress.md", "table1.md", "gpu_util.csv")
+
+
+def slice_reports(files_at: Path, into: Path) -> Path:
+    """The folder holding the slice's reports: ``into`` with the known members of ``files_at/slice.tar.gz`` copied
+    out by name (nothing else of the archive is written anywhere), or ``files_at`` itself without the archive."""
+    import tarfile
+
+    archive = files_at / "slice.tar.gz"
+    if not archive.is_file():
+        return files_at
+    with tarfile.open(archive) as tar:
+        for member in tar.getmembers():
+            name = Path(member.name).name
+            if member.isfile() and name in REPORTS and Path(member.name).parent in (Path("."), Path("")):
+                (into / name).write_bytes(tar.extractfile(member).read())
+    return into
+
+
 def record(files_at: Path) -> dict:
     """Store the slice found in ``files_at`` (see the module docstring); returns its slices.jsonl entry."""
+    with tempfile.TemporaryDirectory() as folder:
+        return _record(files_at, slice_reports(files_at, Path(folder)))
+
+
+def _record(files_at: Path, reports: Path) -> dict:
     state = files_at / "state.tar.gz"
     parts = sorted(files_at.glob("state.tar.gz.part[0-9][0-9]"))
     if not state.is_file() and not parts:
         raise SystemExit(f"campaign_record: error: {state} is missing (did the slice run?)")
-    info = json.loads((files_at / "slice.json").read_text())
-    runs = json.loads((files_at / "progress.json").read_text())
+    for name in ("slice.json", "progress.json"):
+        if not (reports / name).is_file():
+            raise SystemExit(f"campaign_record: error: {name} is missing from {files_at / 'slice.tar.gz'} and "
+                             f"{files_at} (did the slice finish?)")
+    info = json.loads((reports / "slice.json").read_text())
+    runs = json.loads((reports / "progress.json").read_text())
     RESULTS.mkdir(parents=True, exist_ok=True)
     previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
     stored = RESULTS / "state.tar.gz"
@@ -84,12 +115,12 @@ def record(files_at: Path) -> dict:
     else:
         shutil.copyfile(state, stored)
     entry = {"slice": len(previous) + 1, **info, "state_bytes": stored.stat().st_size,
-             "gpu_utilisation_percent": gpu_utilisation(files_at / "gpu_util.csv"),
-             "idle_before_training_seconds": idle_before_training(files_at / "gpu_util.csv"), "runs": runs,
+             "gpu_utilisation_percent": gpu_utilisation(reports / "gpu_util.csv"),
+             "idle_before_training_seconds": idle_before_training(reports / "gpu_util.csv"), "runs": runs,
              "rpms_per_second": aggregate_rate(previous[-1]["runs"] if previous else [], runs, info["seconds"])}
     for name in ("progress.md", "table1.md"):
-        if (files_at / name).is_file():
-            shutil.copyfile(files_at / name, RESULTS / name)
+        if (reports / name).is_file():
+            shutil.copyfile(reports / name, RESULTS / name)
     with SLICES.open("a") as handle:
         handle.write(json.dumps(entry) + "\n")
     return entry

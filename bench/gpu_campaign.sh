@@ -5,9 +5,11 @@
 #   2. run `rpm-batch configs/table1_scl_gpu.yaml` with a time budget: it regenerates the data (deterministic;
 #      each run checks the fingerprint it recorded), then trains the row's unfinished runs concurrently on the one
 #      GPU until about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step
-#      boundary with a resumable state (at most CAMPAIGN_JOBS=2 at once, see JOBS below),
-#   3. pack the state into $OUT/state.tar.gz (in 15 MiB parts when larger) and write $OUT/progress.{md,json} (epochs, val accuracy per run),
-#      $OUT/table1.md, $OUT/slice.json (card, times, exit status) and $OUT/gpu_util.csv (nvidia-smi every 5 s).
+#      boundary with a resumable state (at most CAMPAIGN_JOBS=3 at once, see JOBS below),
+#   3. pack the state into $OUT/state.tar.gz (in 15 MiB parts when larger) and the slice's reports into
+#      $OUT/slice.tar.gz: progress.{md,json} (epochs, val accuracy per run), table1.md, slice.json (card, times, exit
+#      status) and gpu_util.csv (nvidia-smi every 5 s). One archive, because a device call returns at most 8 files
+#      and the state of three unfinished runs takes three parts.
 #
 # Then, here: `python bench/campaign_record.py <files_at>` stores the new state and appends the slice to
 # results/table1_scl_gpu/slices.jsonl and docs/reproduction-gpu.md; commit.
@@ -23,10 +25,12 @@ REPO=$PWD
 export NO_ALBUMENTATIONS_UPDATE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 STARTED=$(date +%s)
 # Runs trained at once. Each unfinished run carries 12 bytes per parameter to the next slice (fp32 weights, Adam
-# moments packed in bf16 by --compact, best weights): 6-11 MB for SCL. The state is committed after every slice and
-# travels to the next beside the wheels (~25 MiB; a device call carries at most 64 MiB): two at a time keep it
-# at 13-22 MB; the others start as soon as one finishes.
-JOBS=${CAMPAIGN_JOBS:-2}
+# moments packed in bf16 by --compact, best weights): 8.6 MB for SCL CE+AUX-sparse, 11.1 MB for an MLCL setup. The
+# state is committed after every slice and travels to the next beside the wheels (26 MB) and the rest of the
+# repository (2.5 MB); a device call carries at most 64 MiB (67.1 MB). Three at a time keep it under 32 MB, and
+# once CE and CE+AUX-dense had finished (slice 3) three are what is left: MLCL+AUG, the longest run, no longer
+# waits for a place.
+JOBS=${CAMPAIGN_JOBS:-3}
 # A file coming back from a device call may hold at most 16 MiB: a larger state comes back in numbered parts
 # (state.tar.gz.part00, part01, ...) that bench/campaign_record.py joins.
 PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
@@ -60,10 +64,12 @@ STATE=$WORK/results/table1_scl_gpu/state.tar.gz
 [[ $DRY == 0 ]] && STATE=$REPO/results/table1_scl_gpu/state.tar.gz
 RUNS=runs/$NAME
 mkdir -p "$OUT"
+REPORTS=$(mktemp -d /tmp/gpu-campaign-reports.XXXXXX)
 cd "$WORK"
 
+SMI=
 if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$OUT/gpu_util.csv" 2>/dev/null &
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$REPORTS/gpu_util.csv" 2>/dev/null &
     SMI=$!
     trap 'kill $SMI 2>/dev/null' EXIT
 fi
@@ -81,7 +87,7 @@ for number in "${!BUDGETS[@]}"; do
     echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
     rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" --workers-per-run auto --time-budget "$budget"
     status=$?
-    [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$OUT/table1.md"
+    [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
     mkdir -p "$(dirname "$STATE")"
     rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
     if [[ $DRY == 1 ]]; then  # the next slice starts from the archive alone, as on a fresh machine
@@ -90,16 +96,16 @@ for number in "${!BUDGETS[@]}"; do
     echo "gpu_campaign: slice $number ended with status $status"
 done
 
-rm -f "$OUT"/state.tar.gz "$OUT"/state.tar.gz.part*
+rm -f "$OUT"/state.tar.gz "$OUT"/state.tar.gz.part* "$OUT"/slice.tar.gz
 if (( $(stat -c %s "$STATE") > PART_BYTES )); then
     split -b "$PART_BYTES" -d -a 2 "$STATE" "$OUT/state.tar.gz.part"
 else
     cp "$STATE" "$OUT/state.tar.gz"
 fi
 [[ $DRY == 1 ]] && rpm-batch unpack "$STATE" --out "$RUNS"
-rpm-batch progress "$RUNS" | tee "$OUT/progress.md"
-rpm-batch progress "$RUNS" --json >"$OUT/progress.json"
-"$PY" - "$OUT/slice.json" "$status" "$STARTED" <<'PYTHON'
+rpm-batch progress "$RUNS" | tee "$REPORTS/progress.md"
+rpm-batch progress "$RUNS" --json >"$REPORTS/progress.json"
+"$PY" - "$REPORTS/slice.json" "$status" "$STARTED" <<'PYTHON'
 import json, sys, time
 
 import torch
@@ -110,6 +116,8 @@ json.dump({"device": device, "torch": torch.__version__, "exit_status": status, 
            "seconds": round(time.time() - started, 1),
            "date": time.strftime("%Y-%m-%d", time.gmtime(started))}, open(out, "w"), indent=1)
 PYTHON
+[[ -n $SMI ]] && kill "$SMI" 2>/dev/null && wait "$SMI" 2>/dev/null
+tar -czf "$OUT/slice.tar.gz" -C "$REPORTS" . && rm -rf "$REPORTS"
 echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $OUT ($(cd "$OUT" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"
 # 0 finished, 75 runs left for the next slice; anything else failed.
 [[ $status == 0 || $status == 75 ]] && exit 0 || exit "$status"

@@ -9,8 +9,8 @@
 # campaign's data) in the profile's place; give the slice less then: SESSION_CAMPAIGN_SECONDS=300.
 # SESSION_SECOND=concurrency measures one training run against two at once (~3 min; SESSION_CAMPAIGN_SECONDS=360).
 #
-# $OUT gets at most 8 files back: the campaign's state (1-2 parts), progress.md/json, table1.md, slice.json,
-# gpu_util.csv, and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files: profile.log,
+# $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
+# slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files: profile.log,
 # profile/profile.json, profile/trace_lightning.json.gz; or linear_eval/pretrain.json, history.csv, probe.json,
 # probe.txt).
 set -uo pipefail

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -27,13 +28,19 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     assert "gpu_campaign: slice 0 ended with status 75" in log, log[-3000:]
     assert "gpu_campaign: slice 1 ended with status 0" in log, log[-3000:]
     assert "Traceback" not in log
-    progress = (out / "progress.md").read_text()
+    # The reports come back as one archive (a device call returns at most 8 files): with the state's parts, no more.
+    returned = sorted(p.name for p in out.iterdir())
+    assert "slice.tar.gz" in returned and len(returned) <= 7, returned
+    with tarfile.open(out / "slice.tar.gz") as tar:
+        reports = {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+    assert set(reports) == {"progress.md", "progress.json", "table1.md", "slice.json"}, set(reports)  # no GPU: no csv
+    progress = reports["progress.md"]
     rows = [line for line in progress.splitlines() if line.startswith("| main/")]
     assert len(rows) == 5 and all("| finished |" in row for row in rows), progress
-    # Two at a time: the runs slice 0 started continued in slice 1 (the others started there).
+    # Three at a time: the runs slice 0 started continued in slice 1 (the others started there).
     assert sum(row.split("|")[8].strip() == "2" for row in rows) >= 1, progress
-    assert "| SCL | MLCL+AUG |" in (out / "table1.md").read_text()
-    assert json.loads((out / "slice.json").read_text())["exit_status"] == 0
+    assert "| SCL | MLCL+AUG |" in reports["table1.md"]
+    assert json.loads(reports["slice.json"])["exit_status"] == 0
     parts = sorted(out.glob("state.tar.gz.part*"))
     assert len(parts) >= 2 and not (out / "state.tar.gz").exists(), sorted(p.name for p in out.iterdir())
     assert all(part.stat().st_size <= 20000 for part in parts)
@@ -50,6 +57,16 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     text = doc.read_text()
     assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 10+10 ep" in text, text
     assert "5 of 5 runs finished" in text and "MLCL+AUG is the best setup" in text, text
+    assert (results / "progress.md").read_text() == progress
+
+    # Slices 1-3 returned their reports as loose files: recorded the same way.
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    for name, text in reports.items():
+        (loose / name).write_text(text)
+    (loose / "state.tar.gz").write_bytes(packed)
+    entry = record.record(loose)
+    assert entry["slice"] == 2 and entry["exit_status"] == 0 and len(entry["runs"]) == 5
 
 
 def _campaign_record():
