@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One lent-GPU device call of at most 10 minutes: first a Table 1 campaign slice (bench/gpu_campaign.sh), then, in
-# the minutes left, bench/profile_training.py on the campaign's own data (where a training step's time goes).
+# the minutes left, bench/profile_training.py on the campaign's own data: the training step eager and with its
+# whole forward compiled as CUDA graphs, bare and inside Lightning.
 #
 #   run: bash bench/gpu_session.sh      (carry .device from `make device-wheels`; timeout_s 600)
 #   here: python bench/campaign_record.py <files_at>; the profile and the logs are in <files_at>/extras.tar.gz
@@ -10,9 +11,9 @@
 # SESSION_SECOND=concurrency measures one training run against two at once (~3 min; SESSION_CAMPAIGN_SECONDS=360).
 #
 # $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
-# slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files: profile.log,
-# profile/profile.json, profile/trace_lightning.json.gz; or linear_eval/pretrain.json, history.csv, probe.json,
-# probe.txt).
+# slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files:
+# profile_{eager,step_cudagraphs}.log and profile_*/profile.json; or linear_eval/pretrain.json, history.csv,
+# probe.json, probe.txt; or concurrent/concurrent_runs.{md,json}).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STARTED=$(date +%s)
@@ -53,15 +54,22 @@ elif [[ $SECOND == concurrency ]]; then
         --out /tmp/session-extras/concurrent 2>&1 | tail -12
     find /tmp/session-extras/concurrent -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
-    # SESSION_PROFILE: the profile's options; by default the eager step beside the whole forward compiled, with and
-    # without CUDA graphs (case a; the H100 profile of 2026-11-27 timed the compiled encoder and fused Adam), the
-    # Lightning fit with 40 validation batches (c) and the GPU busy fraction (d).
-    # shellcheck disable=SC2086
-    timeout "$left" "$PY" bench/profile_training.py ${SESSION_PROFILE:---steps 100 --warmup 10 --val-batches 40 --compile-step --cases a,c,d} \
-        --out /tmp/session-extras/profile \
-        data_root=data/i-raven-80 encoder=scl setup=ce_aux_sparse batch_size=128 image_size=80 num_workers=14 \
-        progress_bar=false 2>&1 | tee /tmp/session-extras/profile.log | tail -60
-    rm -rf /tmp/session-extras/profile/runs
+    # Two profiles side by side on the campaign's data: the step eager, then with its whole forward compiled and
+    # replayed as CUDA graphs (compile=true compile_scope=step compile_mode=reduce-overhead), each as the bare step
+    # (case a) and inside Lightning (c). The H100 profile of 2026-11-27 found the compiled encoder 1.47x on the bare
+    # step but 0.91x inside Lightning. SESSION_PROFILE replaces the options of both.
+    common="data_root=data/i-raven-80 encoder=scl setup=ce_aux_sparse batch_size=128 image_size=80 num_workers=14"
+    for variant in eager step_cudagraphs; do
+        left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
+        (( left > 30 )) || break
+        extra=""
+        [[ $variant == step_cudagraphs ]] && extra="compile=true compile_scope=step compile_mode=reduce-overhead"
+        # shellcheck disable=SC2086
+        timeout "$left" "$PY" bench/profile_training.py ${SESSION_PROFILE:---steps 60 --warmup 15 --val-batches 20 --cases a,c} \
+            --out "/tmp/session-extras/profile_$variant" $common $extra progress_bar=false 2>&1 \
+            | tee "/tmp/session-extras/profile_$variant.log" | tail -30
+        rm -rf "/tmp/session-extras/profile_$variant/runs"
+    done
 fi
 nvidia-smi >/tmp/session-extras/nvidia-smi.txt 2>&1
 tar -czf "$OUT/extras.tar.gz" -C /tmp/session-extras .

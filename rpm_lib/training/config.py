@@ -39,6 +39,10 @@ ENCODER_MODES: tuple[str, ...] = ("eval", "train")
 HEAD_VIEWS: tuple[str, ...] = ("single", "pretrain")
 #: Lightning precision strings accepted by the ``precision`` field (``auto``: bf16/fp16 mixed on GPU, fp32 on CPU).
 PRECISIONS: tuple[str, ...] = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
+#: What ``compile=true`` compiles (``compile_scope``): the encoder in place, or the whole forward of a step.
+COMPILE_SCOPES: tuple[str, ...] = ("encoder", "step")
+#: ``torch.compile`` modes (``compile_mode``); ``reduce-overhead`` replays the compiled kernels as CUDA graphs.
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead")
 
 
 class ConfigError(ValueError):
@@ -221,9 +225,15 @@ class TrainConfig:
     fused_adam: bool = _field(True, "on CUDA, Adam as one fused kernel over all parameters instead of a few "
                               "per parameter (the H200 profile: a step is bound by the host's kernel launches); "
                               "ignored on CPU", "hardware")
-    compile: bool = _field(False, "torch.compile the encoder (in place: checkpoints keep their keys); the first "
-                           "steps of every stage pay the compilation; measure with bench/profile_training.py "
-                           "--compile before turning it on", "hardware")
+    compile: bool = _field(False, "torch.compile the encoder (in place: checkpoints keep their keys), or what "
+                           "compile_scope names; the first steps of every stage pay the compilation; measure with "
+                           "bench/profile_training.py --compile before turning it on", "hardware")
+    compile_scope: str = _field("encoder", "with compile=true: encoder, or step (the whole forward of a training or "
+                                "validation step: encoder, heads and losses, so their backward is compiled too)",
+                                "hardware", choices=COMPILE_SCOPES)
+    compile_mode: str = _field("default", "with compile=true: torch.compile mode; reduce-overhead replays a step's "
+                               "kernels as CUDA graphs (for a step bound by the host's kernel launches; CUDA only)",
+                               "hardware", choices=COMPILE_MODES)
 
     # --- limits ----------------------------------------------------------------------------------
     limit_train_batches: Union[int, float] = _field(1.0, "batches per training epoch: fraction (float) or "

@@ -21,7 +21,7 @@ Batch layout (from :class:`rpm_lib.training.datamodule.RpmDataModule`):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import lightning as L
@@ -78,10 +78,18 @@ class RpmModule(L.LightningModule):
         if resolve_memory_format(config) == "channels_last":
             # 4-D weights in NHWC: cuDNN's (and oneDNN's) fast convolution layout; activations follow the weights.
             self.encoder = self.encoder.to(memory_format=torch.channels_last)
+        #: ``_stage_losses`` compiled (``compile_scope="step"``), else None.
+        self._compiled_losses: Callable[..., Any] | None = None
         if config.compile:
-            # In place (nn.Module.compile): parameter names, state_dict keys and checkpoints stay those of the
-            # plain encoder, so runs with and without compilation resume each other's checkpoints.
-            self.encoder.compile()
+            mode = None if config.compile_mode == "default" else config.compile_mode
+            if config.compile_scope == "encoder":
+                # In place (nn.Module.compile): parameter names, state_dict keys and checkpoints stay those of the
+                # plain encoder, so runs with and without compilation resume each other's checkpoints.
+                self.encoder.compile(mode=mode)
+            else:
+                # A function of tensors only: given the batch dict, the compiler would guard on its other values
+                # (the problems' source ids) as constants and compile again for every batch.
+                self._compiled_losses = torch.compile(self._stage_losses, mode=mode)
         dim = self.encoder.embedding_dim
         self.scoring_head = ScoringHead(dim)
         self.rule_head = RuleHead(dim, num_rules, pooling=config.rule_pooling) if uses_rule_head(config) else None
@@ -177,23 +185,34 @@ class RpmModule(L.LightningModule):
     # losses
     # ------------------------------------------------------------------------------------------
     def stage_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """The current stage's weighted loss on one batch.
+        """The current stage's weighted loss on one batch (compiled with ``compile=true compile_scope=step``).
+
+        Args:
+            batch: ``panels`` (B, 16, S, S) or (B, V, 16, S, S) float, ``target`` (B,) int64, ``rules`` (B, R)
+                float when the setup uses rule labels; other keys are ignored.
 
         Returns:
             ``(to_backward, value, parts)``: the loss to back-propagate (the MLCL term is scaled by the
             world size under DDP, see :mod:`rpm_lib.training.distributed`), its value for logging, and the
             unweighted terms (``answer``, ``aux``, ``mlcl``) plus ``accuracy`` when the scoring head is used.
         """
+        panels, target, rules = batch["panels"], batch["target"], batch.get("rules")
+        if self._compiled_losses is None:
+            return self._stage_losses(panels, target, rules)
+        if self.config.compile_mode == "reduce-overhead":
+            # CUDA graphs reuse their output memory at the next replay: a new step begins here, and what the
+            # previous one returned has been consumed (summed into the epoch's totals, back-propagated).
+            torch.compiler.cudagraph_mark_step_begin()
+        return self._compiled_losses(panels, target, rules)
+
+    def _stage_losses(self, panels: torch.Tensor, target: torch.Tensor, rules: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         plan = self._require_plan()
-        panels = batch["panels"]
-        target = batch["target"]
         if panels.ndim == 5:  # (B, V, 16, S, S): views of one RPM are adjacent after flattening
             views = panels.shape[1]
             panels = panels.flatten(0, 1)
             target = target.repeat_interleave(views)
-            rules = batch["rules"].repeat_interleave(views, dim=0) if "rules" in batch else None
-        else:
-            rules = batch.get("rules")
+            rules = rules.repeat_interleave(views, dim=0) if rules is not None else None
         embeddings = self.embed(panels)
         parts: dict[str, torch.Tensor] = {}
         to_backward = embeddings.new_zeros((), dtype=torch.float32)

@@ -76,7 +76,7 @@ RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
     "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
     "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
-    "fused_adam", "logger",
+    "compile_scope", "compile_mode", "fused_adam", "logger",
     "data_root", "run_dir",
 })
 
