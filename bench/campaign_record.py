@@ -197,6 +197,37 @@ def render_doc() -> None:
     DOC.write_text(text)
 
 
+#: What one device call carries at most (the working tree and the carried paths together), bytes.
+CARRY_LIMIT = 64 * 1024 * 1024
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def carry_note(state_bytes: int, wheels_bytes: int, other_bytes: int) -> str:
+    """One line on what the next slice's device call will carry: the state, the wheels (``.device``) and the rest
+    of the repository, against the 64 MiB a call may carry; a warning when less than 4 MiB would be left."""
+    total = state_bytes + wheels_bytes + other_bytes
+    line = (f"the next call carries ~{total / 2**20:.1f} MiB of {CARRY_LIMIT / 2**20:.0f} (state "
+            f"{state_bytes / 2**20:.1f}, wheels {wheels_bytes / 2**20:.1f}, the rest {other_bytes / 2**20:.1f})")
+    if total > CARRY_LIMIT - 4 * 2**20:
+        return (f"campaign_record: warning: {line}: too close to the limit; train fewer runs at once "
+                "(CAMPAIGN_JOBS) so that fewer unfinished runs carry checkpoints")
+    return f"campaign_record: {line}"
+
+
+def _carried_besides_state() -> tuple[int, int]:
+    """(wheels bytes, tracked files other than the state, bytes) as the device call would carry them."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True).stdout
+    state = (RESULTS / "state.tar.gz").relative_to(REPO).as_posix()
+    other = sum((REPO / name).stat().st_size for name in listed.split("\0")
+                if name and name != state and (REPO / name).is_file())
+    return _tree_bytes(REPO / ".device"), other
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -209,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = record(args.files_at)
         print(f"campaign_record: slice {entry['slice']} on {entry['device']}: state "
               f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
+        print(carry_note(entry["state_bytes"], *_carried_besides_state()))
     render_doc()
     print(f"campaign_record: {DOC} rewritten")
     return 0

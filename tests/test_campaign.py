@@ -150,3 +150,12 @@ def test_a_slice_records_how_long_the_gpu_sat_idle_before_training(tmp_path: Pat
     rows = record.slices_markdown(entries).splitlines()
     assert rows[0].split("|")[5].strip() == "idle at start s"
     assert rows[2].split("|")[5].strip() == "42" and rows[3].split("|")[5].strip() == ""
+
+
+def test_recording_a_slice_says_what_the_next_call_will_carry() -> None:
+    record = _campaign_record()
+    mib = 2**20
+    assert record.carry_note(30 * mib, 25 * mib, 2 * mib) == (
+        "campaign_record: the next call carries ~57.0 MiB of 64 (state 30.0, wheels 25.0, the rest 2.0)")
+    warning = record.carry_note(38 * mib, 25 * mib, 2 * mib)
+    assert warning.startswith("campaign_record: warning: the next call carries ~65.0 MiB of 64") and "CAMPAIGN_JOBS" in warning
