@@ -14,7 +14,9 @@
   ``slices.jsonl``, and, once runs have finished, its Table 1 section (between the ``table1`` markers) from the
   unpacked state with ``rpm_lib.claims`` verdicts.
 
-Then commit ``results/`` and ``docs/``. ``--check`` only re-renders the document from what is committed.
+It ends with a line on what the next slice's device call will carry (the state, the wheels, the rest of the
+repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit. Then commit ``results/`` and
+``docs/``. ``--check`` only re-renders the document from what is committed.
 """
 from __future__ import annotations
 
