@@ -18,6 +18,9 @@ Layout of a finished cache folder (N rows, S px)::
 
 The manifest also records ``regime``: the raw folder's checked ``regime.json`` content at build time (``null``
 when it has none), so a cache keeps saying what its problems are after its raw folder is gone or replaced.
+Its ``plan`` says what the cache was built from: a raw folder's path and its files' names, sizes and times, or,
+for a cache that ``rpm-generate --cache-size`` filled without files (``rpm_lib.generator.cache_writer``), the
+generator settings (``plan["generator"]``); the arrays are the same either way.
 
 Only the keys ``load_raven_npz`` / ``load_pgm_npz`` return are stored; raven-datasets' ``meta_answer_mods``
 (which gives the answer away) is never read, so nothing in a cache derives from it.
