@@ -131,7 +131,8 @@ def read_manifest(path: str | Path) -> dict:
 
 @dataclass(frozen=True)
 class FileRecords:
-    """A build's rows read from their files: ``record(file)`` loads and validates ``file.path`` (``rpm-data prepare``).
+    """A build's rows read from their files: called with a row's ``file``, it loads and validates ``file.path``
+    (``rpm-data prepare``).
 
     Another source (``rpm_lib.generator.cache_writer.GeneratedRecords``) makes the same records without files;
     a source is called in worker processes, so it must pickle.

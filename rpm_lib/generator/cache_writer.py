@@ -36,8 +36,9 @@ RESIZE = "area"
 
 @dataclass(frozen=True)
 class GeneratedRecords:
-    """A cache build's rows made by the generator: ``record(file)`` is problem ``file.file_id`` of configuration
-    ``file.group``, validated as the ``.npz`` that ``rpm-generate`` would write for it (pickles into workers)."""
+    """A cache build's rows made by the generator: called with a row's ``file``, it returns problem
+    ``file.file_id`` of configuration ``file.group`` (panels uint8 (16, 160, 160)), validated as the ``.npz`` that
+    ``rpm-generate`` would write for it. Pickles into the build's worker processes."""
 
     seed: int
     mode: str
