@@ -224,9 +224,9 @@ def _carried_besides_state() -> tuple[int, int]:
     import subprocess
 
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True).stdout
-    state = (RESULTS / "state.tar.gz").relative_to(REPO).as_posix()
+    state = (RESULTS / "state.tar.gz").resolve()
     other = sum((REPO / name).stat().st_size for name in listed.split("\0")
-                if name and name != state and (REPO / name).is_file())
+                if name and (REPO / name).is_file() and (REPO / name).resolve() != state)
     return _tree_bytes(REPO / ".device"), other
 
 
