@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rpm_lib.batch import _resolve_command
 from rpm_lib.data.fingerprint import data_fingerprint
 
 RECIPES = ("two-step", "direct")
@@ -42,13 +43,10 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def _run(argv: list[str]) -> None:
-    done = subprocess.run([sys.executable, "-c", _ENTRY[argv[0]], *argv[1:]], capture_output=True, text=True)
+    """Run a console script as a user would (the one beside this interpreter when it is not on PATH)."""
+    done = subprocess.run(_resolve_command(argv), capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"bench_training_data: {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
-
-
-_ENTRY = {"rpm-generate": "import sys; from rpm_lib.generator.cli import main; sys.exit(main())",
-          "rpm-data": "import sys; from rpm_lib.data.cli import main; sys.exit(main())"}
 
 
 def make_cache(recipe: str, root: Path, per_config: int, workers: int, size: int, seed: int) -> tuple[float, int, Path]:
