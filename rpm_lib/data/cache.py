@@ -49,6 +49,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rpm_lib import rules
+from rpm_lib.data import opencv_version
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import CACHE_ARRAY, HASH_BYTES, METHOD as HASH_METHOD, panels_hash
 from rpm_lib.data.raw_files import SPLITS, RawFile, find_pgm_files, find_raven_files, pgm_source_id, raven_source_id
@@ -244,6 +245,8 @@ def _plan(kind: str, root: Path, files: list[RawFile], size: int, resize: str, c
         "files_sha256": names_sha256(names),
         "content_sha256": content.hexdigest(),
         "chunk_size": chunk_size,
+        opencv_version.KEY: {"rendered": opencv_version.rendered_by(root) if kind == "raven" else None,
+                             "resized": opencv_version.current()},
     }
 
 
@@ -253,6 +256,13 @@ _INPUT_KEYS = ("kind", "image_size", "resize", "source_root", "num_rows", "files
 
 def _same_inputs(a: dict, b: dict) -> bool:
     return all(a.get(k) == b.get(k) for k in _INPUT_KEYS)
+
+
+def _same_opencv(previous: dict, plan: dict) -> bool:
+    """Whether a build may go on where ``previous`` stopped: another OpenCV would draw or resize some pixels
+    differently (``rpm_lib.data.opencv_version``), and one cache must not mix the two. A plan from before the
+    record says nothing either way."""
+    return opencv_version.KEY not in previous or previous[opencv_version.KEY] == plan.get(opencv_version.KEY)
 
 
 def _differences(previous: dict, plan: dict) -> str:
@@ -438,6 +448,10 @@ def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[
         if _same_inputs(previous, plan):
             check_cache(out, manifest)  # "up to date" only for a cache that is also intact
             print(f"{out}: cache is complete and up to date", file=sys.stderr)
+            if not _same_opencv(previous, plan):  # a finished cache is whole as it is: kept, but said
+                print(f"{out}: note: its pixels were {opencv_version.describe(previous[opencv_version.KEY])}; this "
+                      f"OpenCV ({opencv_version.current()}) would make some pixels differently, so its data "
+                      "fingerprint differs from a cache made here", file=sys.stderr)
             return 0
         if "content_sha256" not in previous:
             raise DataFormatError(f"{out}: a cache built by an older rpm_lib, which did not record its input files' "
@@ -455,7 +469,8 @@ def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[
             previous = json.loads((partial / PLAN).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             previous = None
-        if (previous is None or not _same_inputs(previous, plan) or previous.get("chunk_size") != chunk_size
+        if (previous is None or not _same_inputs(previous, plan) or not _same_opencv(previous, plan)
+                or previous.get("chunk_size") != chunk_size
                 or not _partial_meta_fits(partial, spec) or not (partial / CACHE_ARRAY).is_file()):
             print(f"{partial}: discarding an interrupted build of other inputs/settings", file=sys.stderr)
             _remove_partial(partial)

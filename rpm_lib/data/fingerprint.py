@@ -29,6 +29,11 @@ DERIVED_RECORDS: frozenset[str] = frozenset({CACHE_ARRAY})
 PIECE = 64 * 1024 * 1024
 #: Prefix of every fingerprint (the method; a later method gets another prefix instead of a silent mismatch).
 METHOD = "sha256-pieces-v1"
+#: Prefix of a problems fingerprint (:func:`problems_fingerprint`).
+PROBLEMS_METHOD = "sha256-problems-v1"
+#: A cache's pixel array and its manifest (the file that makes a folder a cache).
+PIXELS = "panels.npy"
+MANIFEST = "manifest.json"
 
 
 def data_files(root: str | Path) -> list[Path]:
@@ -55,20 +60,8 @@ def _hash_piece(path: Path, offset: int, length: int) -> bytes:
     return digest.digest()
 
 
-def data_fingerprint(root: str | Path, workers: int | None = None) -> str:
-    """``"sha256-pieces-v1:<hex>"`` over the array files of ``root`` (see the module docstring).
-
-    Args:
-        root: a raw dataset folder or an ``rpm-data`` cache.
-        workers: hashing threads (default: the CPU count, at most 16).
-
-    Raises:
-        DataFormatError: ``root`` is not a folder or holds no array file.
-    """
-    root = Path(root)
-    files = data_files(root)
-    if not files:
-        raise DataFormatError(f"{root}: no .npy / .npz files to fingerprint")
+def _pieces_digest(root: Path, files: list[Path], workers: int | None) -> str:
+    """SHA-256 over ``files`` (relative name, size, then the digests of their 64 MiB pieces, hashed in threads)."""
     pieces: list[tuple[Path, int, int]] = []
     sizes = []
     for path in files:
@@ -86,4 +79,37 @@ def data_fingerprint(root: str | Path, workers: int | None = None) -> str:
         for digest in digests[index:index + count]:
             total.update(digest)
         index += count
-    return f"{METHOD}:{total.hexdigest()}"
+    return total.hexdigest()
+
+
+def problems_fingerprint(root: str | Path, workers: int | None = None) -> str | None:
+    """``"sha256-problems-v1:<hex>"`` over a cache's arrays but its pixels (``panels.npy``); None for a raw folder.
+
+    Equal for two caches that hold the same problems (rules, answers, configurations, splits, row order) drawn by
+    different OpenCV versions (:mod:`rpm_lib.data.opencv_version`), which :func:`data_fingerprint` tells apart.
+    A raw folder keeps labels and pixels in one ``.npz`` per problem, so it has no such value.
+    """
+    root = Path(root)
+    if not (root / MANIFEST).is_file():
+        return None
+    files = [path for path in data_files(root) if path.name != PIXELS]
+    if not files:
+        return None
+    return f"{PROBLEMS_METHOD}:{_pieces_digest(root, files, workers)}"
+
+
+def data_fingerprint(root: str | Path, workers: int | None = None) -> str:
+    """``"sha256-pieces-v1:<hex>"`` over the array files of ``root`` (see the module docstring).
+
+    Args:
+        root: a raw dataset folder or an ``rpm-data`` cache.
+        workers: hashing threads (default: the CPU count, at most 16).
+
+    Raises:
+        DataFormatError: ``root`` is not a folder or holds no array file.
+    """
+    root = Path(root)
+    files = data_files(root)
+    if not files:
+        raise DataFormatError(f"{root}: no .npy / .npz files to fingerprint")
+    return f"{METHOD}:{_pieces_digest(root, files, workers)}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from rpm_lib.data import opencv_version
 from rpm_lib.data.cache import build_cache, names_sha256
 from rpm_lib.data.raw_files import RawFile, raven_source_id
 from rpm_lib.data.validation import RpmRecord, raven_record
@@ -80,6 +81,7 @@ def generated_plan(files: list[RawFile], settings: dict, size: int, chunk_size: 
         "chunk_size": chunk_size,
         "generator": settings,
         "generator_version": rpm_lib.__version__,
+        opencv_version.KEY: {"rendered": opencv_version.current(), "resized": opencv_version.current()},
     }
 
 

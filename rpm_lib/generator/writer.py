@@ -41,6 +41,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from rpm_lib.data import opencv_version
 from rpm_lib.data.cache import is_cache
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import (RAW_RECORD, note, panels_hash, raw_hashes, read_raw_record,
@@ -463,7 +464,19 @@ def _check_settings(root: Path, seed: int, mode: str, regime: Regime | None = No
               f"seed and mode cannot be checked, and no {REGIME_FILE} is written", file=sys.stderr)
         return
     _write_regime_file(root, regime, seed, mode, val, test)
-    record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__}, indent=1) + "\n")
+    record.write_text(json.dumps({**wanted, "generator": "rpm_lib", "version": rpm_lib.__version__,
+                                  opencv_version.KEY: opencv_version.current()}, indent=1) + "\n")
+
+
+def _check_renderer(root: Path, writing: bool) -> None:
+    """Refuse to add problems to a folder whose ``generator.json`` says another OpenCV rendered it: the two draw
+    some pixels differently (``rpm_lib.data.opencv_version``), and one folder must not mix them. A finished folder
+    (nothing to write) is only read, and a folder from before the record says nothing either way."""
+    there, here = opencv_version.rendered_by(root), opencv_version.current()
+    if writing and there is not None and there != here:
+        raise GeneratorSettingsError(f"{root}: its problems were rendered with OpenCV {there}, and this OpenCV "
+                                     f"({here}) draws some pixels differently; finish it with OpenCV {there}, or use "
+                                     "another --out")
 
 
 def _read_settings(path: Path) -> dict:
@@ -573,6 +586,7 @@ def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str
         left[chunk.configuration] += chunk.stop - chunk.start
     _check_space_for(root, left, regime.mesh, tenths)
     _check_settings(root, seed, mode, regime, val, test)
+    _check_renderer(root, bool(chunks))
     for name in names:
         (root / name).mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(root / name)

@@ -31,6 +31,8 @@ RULE_ENCODINGS: tuple[str, ...] = ("auto", *ENCODING_NAMES)
 #: Encoder tensor layouts (``auto`` resolves in ``rpm_lib.training.module.resolve_memory_format_for``).
 MEMORY_FORMATS: tuple[str, ...] = ("auto", "channels_last", "contiguous")
 DATASETS: tuple[str, ...] = ("iraven", "pgm")
+#: What a resumed run demands of its data (``data_check``; ``rpm_lib.training.run.ProgressRecord.check_data``).
+DATA_CHECKS: tuple[str, ...] = ("exact", "problems")
 #: Learning-rate schedules within a stage (``lr_schedule``); the optimiser and schedule restart with every stage.
 LR_SCHEDULES: tuple[str, ...] = ("constant", "plateau")
 #: Mode of the frozen encoder in linear evaluation (``linear_eval_encoder_mode``).
@@ -91,6 +93,10 @@ class TrainConfig:
                           choices=DATASETS)
     data_root: str = _field("data/iraven", "dataset folder: raw files or an 80 px cache made by "
                             "`rpm-data prepare`", "data")
+    data_check: str = _field("exact", "what a resumed run demands of its data: exact (the data fingerprint recorded "
+                             "when the run started: every pixel) or problems (for a cache: the same problems, "
+                             "whose pixels another OpenCV version drew; the change is recorded in progress.json)",
+                             "data", choices=DATA_CHECKS)
     test_data_roots: Union[list[str], None] = _field(None, "extra test sets: after training, the final model is "
                                                      "evaluated on the test split of each of these folders (raw or "
                                                      "cache) and each is reported in metrics.json test_sets, labelled "

@@ -36,6 +36,7 @@ import platform
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -77,7 +78,7 @@ RESUMABLE_CHANGES: frozenset[str] = frozenset({
     "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
     "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
     "compile_scope", "compile_mode", "fused_adam", "logger",
-    "data_root", "run_dir",
+    "data_root", "run_dir", "data_check",
 })
 
 
@@ -138,7 +139,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         if finished is not None:
             return finished
         stages: dict[str, Any] = dict(progress.get("stages", {}))
-        record = ProgressRecord(run_dir, progress, rank == 0)
+        record = ProgressRecord(run_dir, progress, rank == 0, config.data_check)
         trainer: L.Trainer | None = None
         datamodule: RpmDataModule | None = None
         for index, full_plan in enumerate(plans):
@@ -231,7 +232,10 @@ class ProgressRecord:
 
         {"status": "finished" | "unfinished",
          "stages": {name: summary},           # summary["completed"] is false for a stage a budget cut short
-         "data_fingerprint": "sha256-pieces-v1:...",
+         "data_fingerprint": "sha256-pieces-v1:...",   # every array file, pixels included
+         "data_problems": "sha256-problems-v1:...",    # a cache's arrays but its pixels (absent for raw files)
+         "data_opencv": {"rendered": "5.0.0", "resized": "5.0.0"},
+         "data_changes": [...],                        # pixel changes accepted with data_check=problems
          "slices": [{"seconds": s, "ended_in": stage | "evaluation" | "end", "global_step": n}, ...]}
 
     Args:
@@ -240,10 +244,11 @@ class ProgressRecord:
         writer: whether this process writes files (rank 0).
     """
 
-    def __init__(self, run_dir: Path, progress: dict[str, Any], writer: bool) -> None:
+    def __init__(self, run_dir: Path, progress: dict[str, Any], writer: bool, data_check: str = "exact") -> None:
         self.run_dir = run_dir
         self.progress = progress
         self.writer = writer
+        self.data_check = data_check
         self._fingerprint: str | None = None  # computed once per process: every stage's data module asks
 
     @property
@@ -253,19 +258,50 @@ class ProgressRecord:
     def check_data(self, root: str | Path) -> str:
         """Fingerprint ``root``; record it for a new run, or refuse data that differ from the recorded one.
 
+        Beside ``data_fingerprint`` (every pixel) a run records ``data_problems`` (a cache's arrays but its pixels,
+        :func:`rpm_lib.data.fingerprint.problems_fingerprint`) and ``data_opencv`` (what drew and resized the
+        pixels, :mod:`rpm_lib.data.opencv_version`); a run that began before these existed gets them at the next
+        check its data pass. When only the pixels differ, the refusal says so and names both OpenCV versions;
+        ``data_check="problems"`` then continues, appending the change to ``data_changes``.
+
         Raises:
             ConfigError: naming the folder, both fingerprints and what to do.
         """
-        from rpm_lib.data.fingerprint import data_fingerprint
+        from rpm_lib.data import opencv_version
+        from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
 
-        current = self._fingerprint or data_fingerprint(root)
+        if self._fingerprint is not None:
+            return self._fingerprint
+        current = data_fingerprint(root)
         recorded = self.progress.get("data_fingerprint")
+        problems = problems_fingerprint(root)
+        made = opencv_version.recorded(root)
         if recorded is not None and recorded != current:
-            raise ConfigError(
-                f"resume: the data in {root} are not the data this run started on (fingerprint {current[-12:]}, "
-                f"recorded {recorded[-12:]} in {self.path}); regenerate them with the run's generator settings "
-                "(seed, count, regime, image size) or start a new run")
+            then = self.progress.get("data_opencv")
+            same_problems = problems is not None and problems == self.progress.get("data_problems")
+            versions = (f"pixels here {opencv_version.describe(made)}, when the run started "
+                        f"{opencv_version.describe(then)}")
+            if not same_problems:
+                raise ConfigError(
+                    f"resume: the data in {root} are not the data this run started on (fingerprint {current[-12:]}, "
+                    f"recorded {recorded[-12:]} in {self.path}; {versions}); regenerate them with the run's generator "
+                    "settings (seed, count, regime, image size) or start a new run")
+            if self.data_check != "problems":
+                raise ConfigError(
+                    f"resume: the data in {root} hold the problems this run started on, but other pixels "
+                    f"(fingerprint {current[-12:]}, recorded {recorded[-12:]} in {self.path}; {versions}: OpenCV "
+                    "versions draw some edge pixels differently); make them with that OpenCV, or pass "
+                    "data_check=problems to continue on these pixels")
+            print(f"rpm-train: note: continuing on other pixels of the same problems in {root} ({versions}); "
+                  f"recorded in {self.path} under data_changes", file=sys.stderr)
+            self.progress.setdefault("data_changes", []).append(
+                {"slice": len(self.progress.get("slices", [])) + 1, "data_fingerprint": current,
+                 "previous_fingerprint": recorded, "data_opencv": made, "previous_opencv": then,
+                 "accepted_by": "data_check=problems"})
         self.progress["data_fingerprint"] = self._fingerprint = current
+        if problems is not None:
+            self.progress["data_problems"] = problems
+        self.progress["data_opencv"] = made
         return current
 
     def has_time_for_evaluation(self, deadline: Deadline, config: TrainConfig) -> bool:

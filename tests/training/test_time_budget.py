@@ -132,6 +132,32 @@ def test_a_resumed_run_refuses_data_with_another_fingerprint(tmp_path: Path, fak
         train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **{**fields, "generate_seed": 4}))
 
 
+def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_told(
+        tmp_path: Path, fake_clock: Callable[[], None]) -> None:
+    # Another OpenCV version draws some edge pixels differently (rpm_lib.data.opencv_version): here one grey level
+    # on every 97th pixel of a regenerated cache, whose labels are the same.
+    from rpm_lib.generator.cache_writer import generate_cache
+
+    cache, redrawn = tmp_path / "cache", tmp_path / "redrawn"
+    for folder in (cache, redrawn):
+        generate_cache(folder, count=10, seed=3, size=32, progress=False)
+    panels = np.load(redrawn / "panels.npy")
+    panels.reshape(-1)[::97] ^= 1
+    np.save(redrawn / "panels.npy", panels)
+    fields = {**_fields("ce", cache), "generate": False}
+    fake_clock()
+    assert train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=10.0, **fields))["status"] == "unfinished"
+    again = {**fields, "data_root": str(redrawn)}
+    with pytest.raises(ConfigError, match="hold the problems this run started on, but other pixels"):
+        train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **again))
+    result = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, data_check="problems", **again))
+    assert result["status"] == "finished"
+    progress = json.loads((tmp_path / "run" / "progress.json").read_text())
+    change, = progress["data_changes"]
+    assert change["slice"] == 2 and change["accepted_by"] == "data_check=problems"
+    assert progress["data_problems"].startswith("sha256-problems-v1:")
+
+
 class _SlowSteps(L.Callback):
     """Makes every training step take ``seconds`` longer (a stand-in for a bigger model)."""
 
