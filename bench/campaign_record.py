@@ -141,7 +141,9 @@ def _run_cell(run: dict) -> str:
     epochs = "+".join(str(n) for n in run["epochs"].values()) or "0"
     accuracy = "" if run["best_val_accuracy"] is None else f", val {100 * run['best_val_accuracy']:.1f}"
     done = " ✓" if run["status"] == "finished" else ""
-    return f"{setup} {epochs} ep{accuracy}{done}"
+    # data_check=problems let the run go on with pixels another OpenCV drew (rpm_lib.data.opencv_version)
+    pixels = ", other pixels" if run.get("data_changes") else ""
+    return f"{setup} {epochs} ep{accuracy}{done}{pixels}"
 
 
 def slices_markdown(entries: list[dict]) -> str:

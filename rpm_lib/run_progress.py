@@ -62,6 +62,8 @@ class RunProgress:
         seconds: wall seconds of those slices together.
         steps: optimiser steps of all stages so far (``progress.json``; finished and interrupted stages).
         rpms: problems trained on so far: each stage's steps times its batch size (views not counted).
+        data_changes: times the run went on with other pixels of the same problems (``data_check=problems``;
+            ``progress.json`` ``data_changes``, rpm_lib.data.opencv_version).
     """
 
     run: str
@@ -75,6 +77,7 @@ class RunProgress:
     seconds: float
     steps: int = 0
     rpms: int = 0
+    data_changes: int = 0
 
 
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
@@ -142,7 +145,8 @@ def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[
         val_accuracy=accuracies[-1] if accuracies else None,
         best_val_accuracy=max(accuracies) if accuracies else None,
         test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
-        seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms)
+        seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms,
+        data_changes=len(progress.get("data_changes") or []))
 
 
 def _batch_size(run_dir: Path) -> int:
@@ -177,4 +181,8 @@ def progress_table(runs: list[RunProgress]) -> str:
         lines.append(f"| {run.run} | {run.status} | {run.stage or ''} | {epochs} | {_percent(run.val_accuracy)} | "
                      f"{_percent(run.best_val_accuracy)} | {_percent(run.test_accuracy)} | {run.slices} | "
                      f"{run.seconds:g} |")
+    changed = [run.run for run in runs if run.data_changes]
+    if changed:
+        lines += ["", f"Went on with other pixels of the same problems (data_check=problems; data_changes in their "
+                      f"progress.json): {', '.join(changed)}"]
     return "\n".join(lines)

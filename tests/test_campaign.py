@@ -169,3 +169,11 @@ def test_recording_a_slice_says_what_the_next_call_will_carry() -> None:
         "campaign_record: the next call carries ~57.0 MiB of 64 (state 30.0, wheels 25.0, the rest 2.0)")
     warning = record.carry_note(38 * mib, 25 * mib, 2 * mib)
     assert warning.startswith("campaign_record: warning: the next call carries ~65.0 MiB of 64") and "CAMPAIGN_JOBS" in warning
+
+
+def test_a_slice_row_marks_a_run_that_went_on_with_other_pixels() -> None:
+    record = _campaign_record()
+    run = {"run": "main/setup-ce_aux_sparse__seed-0", "epochs": {"supervised": 12}, "best_val_accuracy": 0.81,
+           "status": "unfinished"}
+    assert record._run_cell(run) == "ce_aux_sparse 12 ep, val 81.0"
+    assert record._run_cell({**run, "data_changes": 1}) == "ce_aux_sparse 12 ep, val 81.0, other pixels"

@@ -118,3 +118,19 @@ def test_the_cli_says_one_line_for_bad_input(tmp_path: Path, capsys: pytest.Capt
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("rpm-batch ") and "error:" in line for line in err)
     assert "Traceback" not in "".join(err)
+
+
+def test_progress_names_runs_that_went_on_with_other_pixels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name, changes in (("a", []), ("b", [{"slice": 2, "accepted_by": "data_check=problems"}])):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text("batch_size: 4\n")
+        (run / "progress.json").write_text(json.dumps({"status": "unfinished", "slices": [{"ended_in": "supervised"}],
+                                                       "data_changes": changes}))
+    assert batch.main(["progress", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1] == ("Went on with other pixels of the same problems (data_check=problems; "
+                                            "data_changes in their progress.json): b")
+    assert batch.main(["progress", str(tmp_path), "--json"]) == 0
+    assert [run["data_changes"] for run in json.loads(capsys.readouterr().out)] == [0, 1]
+

@@ -49,7 +49,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from rpm_lib import rules
-from rpm_lib.data import opencv_version
+import rpm_lib.data.opencv_version as opencv_version
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import CACHE_ARRAY, HASH_BYTES, METHOD as HASH_METHOD, panels_hash
 from rpm_lib.data.raw_files import SPLITS, RawFile, find_pgm_files, find_raven_files, pgm_source_id, raven_source_id

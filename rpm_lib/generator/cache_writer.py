@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from rpm_lib.data import opencv_version
+import rpm_lib.data.opencv_version as opencv_version
 from rpm_lib.data.cache import build_cache, names_sha256
 from rpm_lib.data.raw_files import RawFile, raven_source_id
 from rpm_lib.data.validation import RpmRecord, raven_record

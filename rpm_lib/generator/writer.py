@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from rpm_lib.data import opencv_version
+import rpm_lib.data.opencv_version as opencv_version
 from rpm_lib.data.cache import is_cache
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import (RAW_RECORD, note, panels_hash, raw_hashes, read_raw_record,

@@ -267,7 +267,7 @@ class ProgressRecord:
         Raises:
             ConfigError: naming the folder, both fingerprints and what to do.
         """
-        from rpm_lib.data import opencv_version
+        import rpm_lib.data.opencv_version as opencv_version
         from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
 
         if self._fingerprint is not None:
