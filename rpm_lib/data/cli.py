@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import rpm_lib.data.opencv_version as opencv_version
 from rpm_lib.data.cache import prepare_cache, read_manifest
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import SPLITS
@@ -48,6 +49,7 @@ def _info(cache: Path) -> str:
         f"kind         {manifest['kind']}",
         f"image size   {manifest['image_size']} px ({manifest['resize']})",
         f"source       {manifest['plan']['source_root']}",
+        f"pixels       {opencv_version.describe(opencv_version.recorded(cache))}",
         f"problems     {manifest['num_valid']} valid of {manifest['num_rows']} ({manifest['num_skipped']} skipped)",
         *([f"labels       meta_matrix with {manifest['meta_rows']} rows"
            + (" (I-RAVEN-Mesh: rows 8-11 the Mesh)" if manifest["meta_rows"] == 12 else "")]
