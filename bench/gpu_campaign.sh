@@ -108,11 +108,15 @@ rpm-batch progress "$RUNS" --json >"$REPORTS/progress.json"
 "$PY" - "$REPORTS/slice.json" "$status" "$STARTED" <<'PYTHON'
 import json, sys, time
 
+import cv2
+import numpy
 import torch
 
 out, status, started = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (dry run)"
-json.dump({"device": device, "torch": torch.__version__, "exit_status": status, "started": started,
+# OpenCV draws the regenerated data's pixels (rpm_lib.data.opencv_version): a change shows in the slice record
+json.dump({"device": device, "torch": torch.__version__, "opencv": cv2.__version__, "numpy": numpy.__version__,
+           "exit_status": status, "started": started,
            "seconds": round(time.time() - started, 1),
            "date": time.strftime("%Y-%m-%d", time.gmtime(started))}, open(out, "w"), indent=1)
 PYTHON

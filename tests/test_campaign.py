@@ -40,7 +40,8 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     # Three at a time: the runs slice 0 started continued in slice 1 (the others started there).
     assert sum(row.split("|")[8].strip() == "2" for row in rows) >= 1, progress
     assert "| SCL | MLCL+AUG |" in reports["table1.md"]
-    assert json.loads(reports["slice.json"])["exit_status"] == 0
+    info = json.loads(reports["slice.json"])
+    assert info["exit_status"] == 0 and info["opencv"].count(".") == 2 and info["numpy"]  # the pixels' makers
     parts = sorted(out.glob("state.tar.gz.part*"))
     assert len(parts) >= 2 and not (out / "state.tar.gz").exists(), sorted(p.name for p in out.iterdir())
     assert all(part.stat().st_size <= 20000 for part in parts)
