@@ -58,3 +58,18 @@ def test_rpm_lib_has_no_import_cycle():
     cycles = [c for c in (cycle_from(name, name, (name,)) for name in sorted(graph)) if c]
     assert not cycles, f"import cycles: {cycles}"
     assert graph["rpm_lib.training.config"] >= {"rpm_lib.training.setups", "rpm_lib.rule_encodings"}
+
+
+def test_every_folder_of_test_files_is_collected():
+    # pytest skips every folder whose basename matches a norecursedirs pattern, at any depth: "data" (meant for a
+    # top-level dataset folder) once hid tests/data, and its 135 tests never ran in `make test`.
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    options = tomllib.loads((tests.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    hidden = {folder.relative_to(tests.parent).as_posix() for folder in {path.parent for path in tests.rglob("test_*.py")}
+              if any(fnmatch.fnmatch(part, pattern) for part in folder.relative_to(tests.parent).parts
+                     for pattern in options["norecursedirs"])}
+    assert not hidden, f"test folders that pytest never collects (pyproject.toml norecursedirs): {sorted(hidden)}"
