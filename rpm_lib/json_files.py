@@ -32,3 +32,13 @@ def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "
     if not isinstance(value, dict):
         raise error(f"{name}: expected a JSON object, got {type(value).__name__}{suffix}")
     return value
+
+
+def read_object_or_empty(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, or ``{}`` when the file is missing, unreadable or not an object: for records
+    that only inform (a status, a version), where an absent or damaged record means "unknown"."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}

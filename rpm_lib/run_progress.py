@@ -7,12 +7,11 @@ archive; light to import (no torch).
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpm_lib.json_files import read_object
+from rpm_lib.json_files import read_object, read_object_or_empty
 from rpm_lib.training.history import history_rows
 
 #: ``progress.json`` status values (written by ``rpm_lib.training.run``).
@@ -20,14 +19,6 @@ FINISHED, UNFINISHED = "finished", "unfinished"
 #: Exit status of ``rpm-train`` and ``rpm-batch`` when a time budget ended work that a rerun continues:
 #: EX_TEMPFAIL of sysexits.h, "try again later".
 UNFINISHED_EXIT_CODE = 75
-
-
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 #: What a damaged record raises while it is read here (wrong types, missing columns, bad numbers, bad bytes).
@@ -42,7 +33,9 @@ def _record(path: Path) -> dict[str, Any]:
 def stopped_by_budget(run_dir: str | Path) -> bool:
     """Whether the run in ``run_dir`` has no result yet because a time budget stopped it (``progress.json``)."""
     run_dir = Path(run_dir)
-    return not (run_dir / "metrics.json").is_file() and _json(run_dir / "progress.json").get("status") == UNFINISHED
+    if (run_dir / "metrics.json").is_file():
+        return False
+    return read_object_or_empty(run_dir / "progress.json").get("status") == UNFINISHED
 
 
 @dataclass(frozen=True)

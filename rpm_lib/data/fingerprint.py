@@ -18,6 +18,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rpm_lib.data.cache import is_cache
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import CACHE_ARRAY
 
@@ -31,9 +32,8 @@ PIECE = 64 * 1024 * 1024
 METHOD = "sha256-pieces-v1"
 #: Prefix of a problems fingerprint (:func:`problems_fingerprint`).
 PROBLEMS_METHOD = "sha256-problems-v1"
-#: A cache's pixel array and its manifest (the file that makes a folder a cache).
+#: A cache's pixel array, which a problems fingerprint leaves out.
 PIXELS = "panels.npy"
-MANIFEST = "manifest.json"
 
 
 def data_files(root: str | Path) -> list[Path]:
@@ -90,7 +90,7 @@ def problems_fingerprint(root: str | Path, workers: int | None = None) -> str | 
     A raw folder keeps labels and pixels in one ``.npz`` per problem, so it has no such value.
     """
     root = Path(root)
-    if not (root / MANIFEST).is_file():
+    if not is_cache(root):
         return None
     files = [path for path in data_files(root) if path.name != PIXELS]
     if not files:

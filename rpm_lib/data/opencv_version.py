@@ -14,9 +14,10 @@ record have neither key: their versions are unknown, not assumed.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
+
+from rpm_lib.json_files import read_object_or_empty
 
 #: The key of the record in ``generator.json`` and in a cache plan.
 KEY = "opencv"
@@ -29,17 +30,11 @@ def current() -> str:
     return str(cv2.__version__)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def rendered_by(raw_root: str | Path) -> str | None:
     """The OpenCV version ``raw_root/generator.json`` says rendered the folder's problems, or None (not recorded)."""
-    value = _read_json(Path(raw_root) / "generator.json").get(KEY)
+    from rpm_lib.generator.writer import SETTINGS_FILE  # here: the generator imports the data layer
+
+    value = read_object_or_empty(Path(raw_root) / SETTINGS_FILE).get(KEY)
     return value if isinstance(value, str) else None
 
 
@@ -48,8 +43,10 @@ def recorded(root: str | Path) -> dict[str, str | None]:
 
     A raw folder is never resized (``"resized": None``); an unreadable or absent record gives Nones.
     """
+    from rpm_lib.data.cache import MANIFEST  # here: the cache imports this module
+
     root = Path(root)
-    manifest = _read_json(root / "manifest.json")
+    manifest = read_object_or_empty(root / MANIFEST)
     if manifest:
         plan = manifest.get("plan")
         entry = plan.get(KEY) if isinstance(plan, dict) else None

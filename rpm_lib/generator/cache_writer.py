@@ -81,7 +81,7 @@ def generated_plan(files: list[RawFile], settings: dict, size: int, chunk_size: 
         "chunk_size": chunk_size,
         "generator": settings,
         "generator_version": rpm_lib.__version__,
-        opencv_version.KEY: {"rendered": opencv_version.current(), "resized": opencv_version.current()},
+        opencv_version.KEY: dict.fromkeys(("rendered", "resized"), opencv_version.current()),
     }
 
 
