@@ -164,7 +164,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
                                                          deadline)
             except TimeBudgetReached as stop:
                 stages[plan.name] = {"name": plan.name, "completed": False, "global_step": stop.global_step}
-                return record.unfinished(config, plan.name, stages, began)
+                return record.unfinished(config, plan.name, stages, began, deadline.stop_requested())
             if trainer.is_global_zero:
                 record.write(stages)
         if trainer is not None:
@@ -176,7 +176,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             ensure_generated(config)
             record.check_data(config.data_root)
         if not record.has_time_for_evaluation(deadline, config):
-            return record.unfinished(config, "evaluation", stages, began)
+            return record.unfinished(config, "evaluation", stages, began, deadline.stop_requested())
         metrics = _evaluate(config, module, datamodule, trainer, run_dir,
                             [p.name for p in plans if not stages[p.name].get("skipped")])
         metrics["stages"] = [stages[p.name] for p in plans]
@@ -332,13 +332,14 @@ class ProgressRecord:
         self.progress.setdefault("slices", []).append(
             {"seconds": round(time.perf_counter() - began, 3), "ended_in": ended_in, "global_step": steps})
 
-    def unfinished(self, config: TrainConfig, stage: str, stages: dict[str, Any], began: float) -> dict[str, Any]:
-        """Record that the budget ended this slice in ``stage`` and return the unfinished result."""
+    def unfinished(self, config: TrainConfig, stage: str, stages: dict[str, Any], began: float,
+                   stop_requested: bool = False) -> dict[str, Any]:
+        """Record that the budget (or a stop request) ended this slice in ``stage``; return the unfinished result."""
         self._slice(stage, stages, began)
         self.write(stages, UNFINISHED)
         return {"status": UNFINISHED, "stage": stage, "global_step": stages.get(stage, {}).get("global_step"),
                 "run_dir": str(self.run_dir), "seconds": round(time.perf_counter() - began, 3),
-                "time_budget": config.time_budget}
+                "time_budget": config.time_budget, "stop_requested": stop_requested}
 
     def finish(self, stages: dict[str, Any], began: float) -> None:
         self._slice("end", stages, began)
@@ -374,6 +375,23 @@ class RunCheckpoint(ModelCheckpoint):
         if old and self.dirpath and old != self.dirpath:
             state_dict = _reroot(state_dict, str(old), str(self.dirpath))
         super().load_state_dict(state_dict)
+
+    # Lightning 2.6 writes last.ckpt only in an epoch that also wrote best.ckpt. A run stopped (time budget, SLURM
+    # signal, crash) after an epoch that did not improve the validation loss would then resume from the last
+    # improvement and redo every epoch since. These hooks write last.ckpt after every epoch's validation.
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        self._keep_last_current(trainer, at_train_epoch_end=False)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        self._keep_last_current(trainer, at_train_epoch_end=True)
+
+    def _keep_last_current(self, trainer: L.Trainer, at_train_epoch_end: bool) -> None:
+        # _should_skip_saving_checkpoint is also true when the parent hook has just saved at this step.
+        if (self.save_last and self._should_save_on_train_epoch_end(trainer) == at_train_epoch_end
+                and not self._should_skip_saving_checkpoint(trainer)):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
 def _reroot(value: Any, old: str, new: str) -> Any:

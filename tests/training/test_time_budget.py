@@ -235,3 +235,63 @@ def test_a_stop_request_file_stops_a_run_without_a_budget_and_resuming_finishes_
     resumed = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields))
     assert not (tmp_path / "run" / time_budget.STOP_FILE).exists()  # an obeyed request does not stop the resume
     assert _comparable(resumed) == _comparable(reference)
+
+
+class _RequestStopAfterValidation(L.Callback):
+    """Writes the run's stop request when ``epoch``'s validation ends: the run stops before the next epoch's first
+    step, and its resumable state is the last.ckpt written at that validation."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_validation_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.current_epoch == self.epoch:
+            (Path(trainer.default_root_dir) / time_budget.STOP_FILE).touch()
+
+
+class _FirstStep(L.Callback):
+    def __init__(self) -> None:
+        self.step: int | None = None
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.step = int(trainer.global_step)
+
+
+def test_a_run_stopped_after_an_epoch_without_improvement_resumes_where_it_stopped(tmp_path: Path) -> None:
+    # Lightning 2.6 writes last.ckpt only when best.ckpt improves; resuming then went back to the last improvement
+    # and trained those epochs again (the metrics still matched, only the work was lost).
+    fields = {**_fields("ce", tmp_path / "data"), "max_epochs": 6, "patience": 10}
+    reference = train(TrainConfig(run_dir=str(tmp_path / "reference"), **fields))
+    losses = [float(row["val_loss"]) for row in _history(tmp_path / "reference")]
+    worse = [epoch for epoch in range(1, 5) if losses[epoch] >= min(losses[:epoch])]
+    assert worse, f"every epoch improved the validation loss ({losses}): this test needs one that did not"
+    epoch = worse[0]
+    stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), **fields),
+                    callbacks=[_RequestStopAfterValidation(epoch)])
+    steps_per_epoch = 4
+    assert stopped["status"] == "unfinished" and stopped["global_step"] == (epoch + 1) * steps_per_epoch
+    first = _FirstStep()
+    resumed = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields), callbacks=[first])
+    assert first.step == stopped["global_step"], f"stopped after step {stopped['global_step']}, resumed at {first.step}"
+    assert _comparable(resumed) == _comparable(reference)
+
+
+def _history(run_dir: Path) -> list[dict[str, str]]:
+    import csv
+
+    with (run_dir / "history.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_rpm_train_stopped_by_a_stop_request_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # Without time_budget, only the request (rpm-batch on SLURM writes it on the scheduler's signal) can stop the run.
+    import rpm_lib.training.run as run_module
+
+    TrainConfig(run_dir=str(tmp_path / "run"), **_fields("ce", tmp_path / "data")).to_yaml(tmp_path / "run.yaml")
+    original = run_module.train
+    monkeypatch.setattr(run_module, "train", lambda config: original(config, callbacks=[_RequestStop(2)]))
+    assert cli.main(["--config", str(tmp_path / "run.yaml")]) == UNFINISHED_EXIT_CODE
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "TypeError" not in err, err
+    assert "stop request" in err and time_budget.STOP_FILE in err and "resume=true" in err, err
