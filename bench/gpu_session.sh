@@ -12,7 +12,7 @@
 #
 # $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
 # slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files:
-# profile_{eager,step_cudagraphs}.log and profile_*/profile.json; or linear_eval/pretrain.json, history.csv,
+# profile_{eager,step_cudagraphs,fp32_tf32}.log and profile_*/profile.json; or linear_eval/pretrain.json, history.csv,
 # probe.json, probe.txt; or concurrent/concurrent_runs.{md,json}).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -59,11 +59,14 @@ elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
     # (case a) and inside Lightning (c). The H100 profile of 2026-11-27 found the compiled encoder 1.47x on the bare
     # step but 0.91x inside Lightning. SESSION_PROFILE replaces the options of both.
     common="data_root=data/i-raven-80 encoder=scl setup=ce_aux_sparse batch_size=128 image_size=80 num_workers=14"
-    for variant in eager step_cudagraphs; do
+    # Third, when time is left: fp32 with TF32 matmuls, without autocast's casts (bench/count_step_ops.py: 83 of a
+    # step's 312 kernels).
+    for variant in eager step_cudagraphs fp32_tf32; do
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
         (( left > 30 )) || break
         extra=""
         [[ $variant == step_cudagraphs ]] && extra="compile=true compile_scope=step compile_mode=reduce-overhead"
+        [[ $variant == fp32_tf32 ]] && extra="precision=32-true matmul_precision=high"
         # shellcheck disable=SC2086
         timeout "$left" "$PY" bench/profile_training.py ${SESSION_PROFILE:---steps 60 --warmup 15 --val-batches 20 --cases a,c} \
             --out "/tmp/session-extras/profile_$variant" $common $extra progress_bar=false 2>&1 \

@@ -918,12 +918,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if getattr(setup.config, "matmul_precision", "auto") != "auto":
+        # for every case: the bare steps (a, b) never pass through train(), which sets it for a run
+        torch.set_float32_matmul_precision(setup.config.matmul_precision)
     from rpm_lib.training.datamodule import RpmDataModule
 
     config, plan = setup.config, setup.plan
     report: dict[str, Any] = {
         "command": shlex.join([sys.executable, *sys.argv]), "hardware": _hardware(setup),
         "device": str(setup.device), "precision": setup.precision, "memory_format": setup.memory_format,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "encoder": config.encoder, "setup": config.setup, "stage": plan.name, "batch_size": plan.batch_size,
         "num_views": plan.num_views, "image_size": config.image_size, "num_workers": config.num_workers,
         "config_compile": bool(getattr(config, "compile", False)),

@@ -30,9 +30,12 @@ def tiny(tmp_path: Path) -> list[str]:
 def test_tiny_cpu_profile_measures_three_cases_and_marks_the_cuda_parts_skipped(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # one torch thread: on a shared 2-core machine two threads make the timings (not the checks) erratic
-    done = _run(["--steps", "3", "--warmup", "1", "--threads", "1", "--out", str(out), *tiny(tmp_path)], timeout=240)
+    # matmul_precision: the setting bench/gpu_session.sh's fp32_tf32 profile uses, set for the bare steps too
+    done = _run(["--steps", "3", "--warmup", "1", "--threads", "1", "--out", str(out), *tiny(tmp_path),
+                 "matmul_precision=high"], timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "profile.json").read_text())
+    assert report["float32_matmul_precision"] == "high"
     cases = report["cases"]
     for key in ("encoder_only", "manual_loop", "lightning_fit"):
         assert cases[key]["status"] == "ok", cases[key]

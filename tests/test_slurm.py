@@ -179,6 +179,8 @@ def test_a_grid_on_slurm_is_requeued_at_its_time_limit_and_equals_the_local_run(
     assert "requeued" not in (out / "cell-short" / slurm.JOB_LOG).read_text()
     progress = json.loads((out / "cell-long" / "progress.json").read_text())
     assert len(progress["slices"]) >= 2 and progress["slices"][0]["ended_in"] == "supervised"
+    steps = [piece["global_step"]["supervised"] for piece in progress["slices"]]
+    assert steps == sorted(steps), f"a requeued task resumed behind where the last one stopped: {steps}"
     statuses = slurm.cell_status(batch.load_batch_config(config), batch.expand_grid(batch.load_batch_config(config)),
                                  tmp_path / "on_slurm")
     assert [(s.state, s.restarts >= 1) for s in statuses] == [("done", False), ("done", True)]

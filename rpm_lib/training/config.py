@@ -41,6 +41,8 @@ ENCODER_MODES: tuple[str, ...] = ("eval", "train")
 HEAD_VIEWS: tuple[str, ...] = ("single", "pretrain")
 #: Lightning precision strings accepted by the ``precision`` field (``auto``: bf16/fp16 mixed on GPU, fp32 on CPU).
 PRECISIONS: tuple[str, ...] = ("auto", "32-true", "32", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true")
+#: ``torch.set_float32_matmul_precision`` values (``matmul_precision``); ``auto`` leaves the process's own setting.
+MATMUL_PRECISIONS: tuple[str, ...] = ("auto", "highest", "high", "medium")
 #: What ``compile=true`` compiles (``compile_scope``): the encoder in place, or the whole forward of a step.
 COMPILE_SCOPES: tuple[str, ...] = ("encoder", "step")
 #: ``torch.compile`` modes (``compile_mode``); ``reduce-overhead`` replays the compiled kernels as CUDA graphs.
@@ -223,6 +225,11 @@ class TrainConfig:
     strategy: str = _field("auto", "Lightning strategy: auto, ddp, ddp_spawn, ddp_notebook, ...", "hardware")
     precision: str = _field("auto", "auto (bf16-mixed on GPUs that support it, else 16-mixed; 32-true on "
                             "CPU) or a Lightning precision string", "hardware", choices=PRECISIONS)
+    matmul_precision: str = _field("auto", "float32 matrix multiplications: auto (what the process has set; "
+                                   "PyTorch's default is highest), highest (full fp32), high (TF32 on NVIDIA GPUs since Ampere) or medium (bf16 where supported). "
+                                   "It matters with precision=32-true: the mixed precisions multiply in bf16/fp16 "
+                                   "anyway, and cuDNN convolutions already use TF32 by PyTorch's default", "hardware",
+                                   choices=MATMUL_PRECISIONS)
     memory_format: str = _field("auto", "encoder tensor layout: auto (channels_last, the faster on CPU and CUDA), "
                                 "channels_last or contiguous", "hardware",
                                 choices=MEMORY_FORMATS)

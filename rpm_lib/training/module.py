@@ -21,7 +21,7 @@ Batch layout (from :class:`rpm_lib.training.datamodule.RpmDataModule`):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import lightning as L
@@ -53,6 +53,22 @@ def resolve_memory_format_for(memory_format: str) -> str:
 def resolve_memory_format(config: TrainConfig) -> str:
     """``config.memory_format`` with ``auto`` resolved for the device the run trains on."""
     return resolve_memory_format_for(config.memory_format)
+
+
+@contextlib.contextmanager
+def float32_matmul_precision(precision: str) -> Iterator[None]:
+    """``torch.set_float32_matmul_precision(precision)`` inside the block, the previous value after it.
+
+    The setting is global to the process: a run sets it for itself and gives it back, so a notebook's later cells
+    compute as before. ``auto`` changes nothing.
+    """
+    previous = torch.get_float32_matmul_precision()
+    if precision != "auto":
+        torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 class RpmModule(L.LightningModule):
@@ -252,6 +268,9 @@ class RpmModule(L.LightningModule):
     # Lightning hooks
     # ------------------------------------------------------------------------------------------
     def on_fit_start(self) -> None:
+        # train() sets it around the whole run; this covers the processes ddp_spawn starts, which train() never enters.
+        if self.config.matmul_precision != "auto":
+            torch.set_float32_matmul_precision(self.config.matmul_precision)
         if self._require_plan().bn_recalibration == "at_start":
             self.recalibrate_encoder_batchnorm()
 

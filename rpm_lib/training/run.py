@@ -61,7 +61,7 @@ from rpm_lib.training.generation import ensure_generated
 from rpm_lib.training.eval_sets import (EvalSet, check_extra_sets, extra_sets, main_sets, read_regime,
                                         set_entry)
 from rpm_lib.training.evaluation import answer_summary, predict
-from rpm_lib.training.module import RpmModule
+from rpm_lib.training.module import RpmModule, float32_matmul_precision
 from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.setups import SETUPS, StagePlan, protocol_of, stage_plan, within_total_epochs
 
@@ -124,7 +124,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     began = time.perf_counter()
     run_dir = Path(config.run_dir)
     rank = _launch_rank()
-    with quiet_lightning(), stop_on_scheduler_signals(run_dir / STOP_FILE):
+    with quiet_lightning(), stop_on_scheduler_signals(run_dir / STOP_FILE), \
+            float32_matmul_precision(config.matmul_precision):
         if rank == 0:
             _prepare_run_dir(config, run_dir)
             (run_dir / STOP_FILE).unlink(missing_ok=True)  # a request that an earlier call already obeyed

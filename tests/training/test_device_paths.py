@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import lightning as L
 import torch
 
 from rpm_lib.encoders import create_encoder, list_encoders
@@ -186,3 +187,26 @@ def test_channels_last_training_and_its_auto_default(tiny_config: Callable[..., 
     assert resolve_memory_format(TrainConfig(accelerator="cpu", memory_format="contiguous")) == "contiguous"
     contiguous = RpmModule(tiny_config(setup="ce", memory_format="contiguous"), config.rule_spec.width)
     assert all(p.is_contiguous() for p in contiguous.encoder.parameters())
+
+
+class _SeenMatmulPrecision(L.Callback):
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def on_train_batch_start(self, *args: object) -> None:
+        self.seen.add(torch.get_float32_matmul_precision())
+
+
+def test_matmul_precision_holds_inside_a_run_and_the_process_gets_its_own_back(
+        tiny_config: Callable[..., TrainConfig]) -> None:
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")  # a notebook's own choice, before the run
+        high = _SeenMatmulPrecision()
+        train(tiny_config(setup="ce", accelerator=ACCELERATOR, devices=1, matmul_precision="high"), callbacks=[high])
+        assert high.seen == {"high"} and torch.get_float32_matmul_precision() == "medium"
+        kept = _SeenMatmulPrecision()
+        train(tiny_config(setup="ce", accelerator=ACCELERATOR, devices=1, overwrite=True), callbacks=[kept])
+        assert kept.seen == {"medium"}  # auto: the process's setting
+    finally:
+        torch.set_float32_matmul_precision(previous)
