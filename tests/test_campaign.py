@@ -24,7 +24,7 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
                           text=True, timeout=900)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
-    # Slice 0 (12 s) cannot finish ten epochs of every setup; slice 1 resumes from the packed state alone.
+    # Slice 0 (12 s) cannot finish five epochs of every setup; slice 1 resumes from the packed state alone.
     assert "gpu_campaign: slice 0 ended with status 75" in log, log[-3000:]
     assert "gpu_campaign: slice 1 ended with status 0" in log, log[-3000:]
     assert "Traceback" not in log
@@ -56,7 +56,7 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     assert record.main([str(out)]) == 0
     assert (results / "state.tar.gz").read_bytes() == packed
     text = doc.read_text()
-    assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 10+10 ep" in text, text
+    assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 5+5 ep" in text, text
     assert "5 of 5 runs finished" in text and "MLCL+AUG is the best setup" in text, text
     assert (results / "progress.md").read_text() == progress
 
