@@ -293,8 +293,9 @@ class ProgressRecord:
                     f"(fingerprint {current[-12:]}, recorded {recorded[-12:]} in {self.path}; {versions}: OpenCV "
                     "versions draw some edge pixels differently); make them with that OpenCV, or pass "
                     "data_check=problems to continue on these pixels")
-            print(f"rpm-train: note: continuing on other pixels of the same problems in {root} ({versions}); "
-                  f"recorded in {self.path} under data_changes", file=sys.stderr)
+            if self.writer:  # once per run, not once per DDP rank
+                print(f"rpm-train: note: continuing on other pixels of the same problems in {root} ({versions}); "
+                      f"recorded in {self.path} under data_changes", file=sys.stderr)
             self.progress.setdefault("data_changes", []).append(
                 {"slice": len(self.progress.get("slices", [])) + 1, "data_fingerprint": current,
                  "previous_fingerprint": recorded, "data_opencv": made, "previous_opencv": then,

@@ -158,6 +158,25 @@ def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_to
     assert progress["data_problems"].startswith("sha256-problems-v1:")
 
 
+def test_only_the_writing_process_notes_a_run_going_on_with_other_pixels(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
+    from rpm_lib.generator.cache_writer import generate_cache
+    from rpm_lib.training.run import ProgressRecord
+
+    cache, redrawn = tmp_path / "cache", tmp_path / "redrawn"
+    for folder in (cache, redrawn):
+        generate_cache(folder, count=10, seed=3, size=32, progress=False)
+    panels = np.load(redrawn / "panels.npy")
+    panels.reshape(-1)[::97] ^= 1
+    np.save(redrawn / "panels.npy", panels)
+    started = {"data_fingerprint": data_fingerprint(cache), "data_problems": problems_fingerprint(cache)}
+    for writer, notes in ((False, 0), (True, 1)):  # a DDP rank other than 0, then rank 0
+        record = ProgressRecord(tmp_path / "run", dict(started), writer, data_check="problems")
+        assert record.check_data(redrawn) == data_fingerprint(redrawn)
+        assert capsys.readouterr().err.count("continuing on other pixels") == notes
+
+
 class _SlowSteps(L.Callback):
     """Makes every training step take ``seconds`` longer (a stand-in for a bigger model)."""
 
