@@ -132,10 +132,12 @@ def test_a_resumed_run_refuses_data_with_another_fingerprint(tmp_path: Path, fak
         train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **{**fields, "generate_seed": 4}))
 
 
-def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_told(
-        tmp_path: Path, fake_clock: Callable[[], None]) -> None:
-    # Another OpenCV version draws some edge pixels differently (rpm_lib.data.opencv_version): here one grey level
-    # on every 97th pixel of a regenerated cache, whose labels are the same.
+def _cache_and_redrawn_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny cache, and the same problems with other pixels.
+
+    Another OpenCV version draws some edge pixels differently (rpm_lib.data.opencv_version): here one grey level
+    on every 97th pixel of a regenerated cache, whose labels are the same.
+    """
     from rpm_lib.generator.cache_writer import generate_cache
 
     cache, redrawn = tmp_path / "cache", tmp_path / "redrawn"
@@ -144,6 +146,12 @@ def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_to
     panels = np.load(redrawn / "panels.npy")
     panels.reshape(-1)[::97] ^= 1
     np.save(redrawn / "panels.npy", panels)
+    return cache, redrawn
+
+
+def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_told(
+        tmp_path: Path, fake_clock: Callable[[], None]) -> None:
+    cache, redrawn = _cache_and_redrawn_copy(tmp_path)
     fields = {**_fields("ce", cache), "generate": False}
     fake_clock()
     assert train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=10.0, **fields))["status"] == "unfinished"
@@ -161,15 +169,9 @@ def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_to
 def test_only_the_writing_process_notes_a_run_going_on_with_other_pixels(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
-    from rpm_lib.generator.cache_writer import generate_cache
     from rpm_lib.training.run import ProgressRecord
 
-    cache, redrawn = tmp_path / "cache", tmp_path / "redrawn"
-    for folder in (cache, redrawn):
-        generate_cache(folder, count=10, seed=3, size=32, progress=False)
-    panels = np.load(redrawn / "panels.npy")
-    panels.reshape(-1)[::97] ^= 1
-    np.save(redrawn / "panels.npy", panels)
+    cache, redrawn = _cache_and_redrawn_copy(tmp_path)
     started = {"data_fingerprint": data_fingerprint(cache), "data_problems": problems_fingerprint(cache)}
     for writer, notes in ((False, 0), (True, 1)):  # a DDP rank other than 0, then rank 0
         record = ProgressRecord(tmp_path / "run", dict(started), writer, data_check="problems")
