@@ -145,6 +145,15 @@ def test_03_train_by_batch(tiny_batch):
     assert (tiny_batch / "table1.md").read_text().count("| SCL | MLCL |") == 1
 
 
+def test_03_train_says_what_ended_an_unfinished_call(tmp_path, sample_data):
+    # A budget too short for the first stage's first steps: the call ends before training, resumable.
+    nb = _execute("03_train.ipynb", tmp_path, data_root=str(sample_data), run_dir=str(tmp_path / "run"),
+                  time_budget=0.5, **TINY_TRAIN)
+    text = _stream_text(nb)
+    assert "unfinished: the time budget (0.5 s) ended the run in pretrain" in text, text[-2000:]
+    assert json.loads((tmp_path / "run" / "progress.json").read_text())["status"] == "unfinished"
+
+
 def test_04_evaluate(tmp_path, tiny_batch):
     run = tiny_batch / "main" / "encoder-scl__setup-mlcl__seed-0"
     nb = _execute("04_evaluate.ipynb", tmp_path, run_dir=str(run), num_failures=2, interactive=False)

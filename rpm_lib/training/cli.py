@@ -85,14 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if metrics.get("status") == "unfinished":
         from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
 
-        from rpm_lib.training.time_budget import STOP_FILE
+        from rpm_lib.training.time_budget import describe_unfinished
 
-        cause = (f"a stop request ({config.run_dir}/{STOP_FILE}, written on a scheduler's signal)"
-                 if metrics.get("stop_requested") or config.time_budget is None
-                 else f"the time budget ({config.time_budget:g} s)")
-        step = "" if metrics.get("global_step") is None else f" after step {metrics['global_step']}"
-        print(f"rpm-train: unfinished: {cause} ended the run in {metrics['stage']}{step}; continue with resume=true "
-              f"(state in {config.run_dir})", file=sys.stderr)
+        print(f"rpm-train: unfinished: {describe_unfinished(metrics, config.time_budget, config.run_dir)}; continue "
+              f"with resume=true (state in {config.run_dir})", file=sys.stderr)
         return UNFINISHED_EXIT_CODE
     if "test_accuracy" in metrics:
         summary = {k: metrics[k] for k in ("setup", "encoder", "test_accuracy", "test_accuracy_per_configuration_short",

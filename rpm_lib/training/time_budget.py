@@ -83,6 +83,22 @@ class Deadline:
         return SAFETY_FACTOR * seconds < self.left()
 
 
+def describe_unfinished(metrics: dict[str, Any], time_budget: float | None, run_dir: str | Path) -> str:
+    """What ended an unfinished run, and where: ``"<cause> ended the run in <stage> after step <n>"``.
+
+    Args:
+        metrics: ``train``'s unfinished result (``stage``, ``global_step``, ``stop_requested``).
+        time_budget: the run's ``time_budget`` (seconds; ``None`` when only a stop request could end it).
+        run_dir: the run folder (its stop-request file is named in the cause).
+    """
+    if metrics.get("stop_requested") or time_budget is None:
+        cause = f"a stop request ({Path(run_dir) / STOP_FILE}, written on a scheduler's signal)"
+    else:
+        cause = f"the time budget ({time_budget:g} s)"
+    step = "" if metrics.get("global_step") is None else f" after step {metrics['global_step']}"
+    return f"{cause} ended the run in {metrics.get('stage')}{step}"
+
+
 def stage_start_seconds(deadline: Deadline) -> float:
     """Time a stage (or the final evaluation, before its own time is known) needs to be worth starting."""
     return max(2.0, 0.05 * float(deadline.seconds or 0.0)) if deadline.seconds is not None else 0.0

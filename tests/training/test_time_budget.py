@@ -316,3 +316,13 @@ def test_rpm_train_stopped_by_a_stop_request_says_so_in_one_line(tmp_path: Path,
     err = capsys.readouterr().err
     assert "Traceback" not in err and "TypeError" not in err, err
     assert "stop request" in err and time_budget.STOP_FILE in err and "resume=true" in err, err
+
+
+def test_the_unfinished_line_names_what_stopped_the_run() -> None:
+    stopped = {"status": "unfinished", "stage": "linear", "global_step": 7}
+    assert time_budget.describe_unfinished(stopped, 30.0, "runs/a") == \
+        "the time budget (30 s) ended the run in linear after step 7"
+    by_signal = time_budget.describe_unfinished({**stopped, "stop_requested": True}, 30.0, "runs/a")
+    assert by_signal.startswith(f"a stop request (runs/a/{time_budget.STOP_FILE}, ")
+    assert time_budget.describe_unfinished({"stage": "evaluation", "global_step": None}, None, "r").endswith(
+        "ended the run in evaluation")  # no "after step None"
