@@ -226,9 +226,10 @@ class TrainConfig:
     precision: str = _field("auto", "auto (bf16-mixed on GPUs that support it, else 16-mixed; 32-true on "
                             "CPU) or a Lightning precision string", "hardware", choices=PRECISIONS)
     matmul_precision: str = _field("auto", "float32 matrix multiplications: auto (what the process has set; "
-                                   "PyTorch's default is highest), highest (full fp32), high (TF32 on NVIDIA GPUs since Ampere) or medium (bf16 where supported). "
-                                   "It matters with precision=32-true: the mixed precisions multiply in bf16/fp16 "
-                                   "anyway, and cuDNN convolutions already use TF32 by PyTorch's default", "hardware",
+                                   "PyTorch's default is highest), highest (full fp32), high (TF32 on NVIDIA GPUs "
+                                   "since Ampere) or medium (bf16 where supported). It matters with "
+                                   "precision=32-true: the mixed precisions multiply in bf16/fp16 anyway, and cuDNN "
+                                   "convolutions already use TF32 by PyTorch's default", "hardware",
                                    choices=MATMUL_PRECISIONS)
     memory_format: str = _field("auto", "encoder tensor layout: auto (channels_last, the faster on CPU and CUDA), "
                                 "channels_last or contiguous", "hardware",
