@@ -1,0 +1,56 @@
+"""``bench/gpu_session.sh`` runs only on a lent GPU, where a typo costs a whole session: its shell scripts must
+parse, and every TrainConfig override it passes must be a field with a valid value."""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rpm_lib.training.config import TrainConfig, parse_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+SESSION = REPO / "bench" / "gpu_session.sh"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "bench").glob("*.sh")))
+def test_every_bench_shell_script_parses(script: str) -> None:
+    done = subprocess.run(["bash", "-n", str(REPO / "bench" / script)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def _override_sets(text: str) -> list[list[str]]:
+    """The key=value words of the script's `common="..."` and `extra="..."` assignments, and of its
+    linear_eval_probe.py pretrain command (words computed by the shell are left out)."""
+    sets = [shlex.split(value) for value in re.findall(r'\b(?:common|extra)="([^"$]*)"', text)]
+    probe = re.search(r'linear_eval_probe\.py pretrain (.*?)>"\$X/pretrain\.json"', text, flags=re.S)
+    assert probe, "gpu_session.sh no longer runs linear_eval_probe.py pretrain: update this test"
+    words = probe.group(1).replace("\\\n", " ").split()
+    sets.append([w for w in words if "=" in w and not w.startswith("-") and "$" not in w])
+    return [words for words in sets if words]
+
+
+def test_every_training_override_in_the_gpu_session_is_a_valid_field() -> None:
+    sets = _override_sets(SESSION.read_text())
+    assert len(sets) >= 4 and len(sets[-1]) >= 10, sets  # common, the profile variants, the probe's pre-training
+    common = next(words for words in sets if any(w.startswith("data_root=") for w in words))
+    for words in sets:
+        # each variant is used on top of the common settings; ConfigError names a bad field or value
+        config = TrainConfig.from_dict(parse_overrides([*common, *words]), source="gpu_session.sh")
+        assert config.encoder == "scl"
+
+
+def test_the_profile_options_of_the_gpu_session_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_training", REPO / "bench" / "profile_training.py")
+    profile = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "profile_training", profile)  # its dataclasses look their module up
+    spec.loader.exec_module(profile)
+    options = re.search(r"\$\{SESSION_PROFILE:-(.*?)\}", SESSION.read_text())
+    assert options, "gpu_session.sh no longer profiles with default options: update this test"
+    args = profile.parse_args([*options.group(1).split(), "--out", "/tmp/unused", "encoder=scl"])
+    assert args.steps >= 1 and set(args.cases) <= set("abcd")
