@@ -84,7 +84,11 @@ def test_three_slices_in_fresh_folders_end_with_the_uninterrupted_metrics(
             run_archive.unpack(archive, run_dir)
         if budget is not None:
             fake_clock()
-        result = train(TrainConfig(run_dir=str(run_dir), resume=number > 0, time_budget=budget, **fields(data)))
+        first = _FirstStep()
+        result = train(TrainConfig(run_dir=str(run_dir), resume=number > 0, time_budget=budget, **fields(data)),
+                       callbacks=[first])
+        if seen:  # each slice starts its stage at the step where the last one stopped
+            assert first.step == seen[-1][1], (seen, first.step)
         if budget is not None:
             assert result["status"] == "unfinished"
             seen.append((result["stage"], result["global_step"]))
@@ -271,11 +275,14 @@ class _RequestStopAfterValidation(L.Callback):
 
 
 class _FirstStep(L.Callback):
+    """The global step at which a call's first trained stage starts."""
+
     def __init__(self) -> None:
         self.step: int | None = None
 
     def on_train_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self.step = int(trainer.global_step)
+        if self.step is None:
+            self.step = int(trainer.global_step)
 
 
 def test_a_run_stopped_after_an_epoch_without_improvement_resumes_where_it_stopped(tmp_path: Path) -> None:
