@@ -26,6 +26,8 @@ def test_cpu_dry_run_passes_every_part_and_writes_the_report(tmp_path: Path) -> 
     assert list(results) == ["environment", "gpu_tests", "encoders", "encoders_compiled", "generate_cache",
                              "train_ce_aux_sparse", "train_mlcl_aug", "batch"]
     assert set(results["encoders"]["numbers"]) == {"scl", "copinet", "hrinet", "wren"}
+    cache = results["generate_cache"]  # the campaign's recipe: straight into the training cache
+    assert "--cache-size" in cache["command"] and cache["numbers"]["problems"] == 70, cache
     train = results["train_mlcl_aug"]["numbers"]
     assert train["views_per_rpm"] == 2 and train["rpms_per_s"] > 0 and 0 <= train["data_wait_fraction"] <= 1
     assert set(train["test_accuracy_per_configuration"]) == {"Center", "2x2Grid", "3x3Grid", "L-R", "U-D", "O-IC",
