@@ -380,7 +380,8 @@ class RunCheckpoint(ModelCheckpoint):
 
     # Lightning 2.6 writes last.ckpt only in an epoch that also wrote best.ckpt. A run stopped (time budget, SLURM
     # signal, crash) after an epoch that did not improve the validation loss would then resume from an older
-    # last.ckpt and redo every step since. These hooks write last.ckpt after every epoch's validation.
+    # last.ckpt and redo every step since. These hooks write last.ckpt after every epoch, in whichever of the two
+    # hooks Lightning saves in (the epoch end when validation runs once per epoch, as in every run here).
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
         self._keep_last_current(trainer, at_train_epoch_end=False)

@@ -20,6 +20,7 @@ import pytest
 from rpm_lib import run_archive
 from rpm_lib.training import cli, time_budget
 from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.history import history_rows
 from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
 from rpm_lib.training.run import train
 
@@ -290,7 +291,7 @@ def test_a_run_stopped_after_an_epoch_without_improvement_resumes_where_it_stopp
     # and trained those epochs again (the metrics still matched, only the work was lost).
     fields = {**_fields("ce", tmp_path / "data"), "max_epochs": 6, "patience": 10}
     reference = train(TrainConfig(run_dir=str(tmp_path / "reference"), **fields))
-    losses = [float(row["val_loss"]) for row in _history(tmp_path / "reference")]
+    losses = [float(row["val_loss"]) for row in history_rows(tmp_path / "reference" / "history.csv")]
     worse = [epoch for epoch in range(1, 5) if losses[epoch] >= min(losses[:epoch])]
     assert worse, f"every epoch improved the validation loss ({losses}): this test needs one that did not"
     epoch = worse[0]
@@ -302,13 +303,6 @@ def test_a_run_stopped_after_an_epoch_without_improvement_resumes_where_it_stopp
     resumed = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields), callbacks=[first])
     assert first.step == stopped["global_step"], f"stopped after step {stopped['global_step']}, resumed at {first.step}"
     assert _comparable(resumed) == _comparable(reference)
-
-
-def _history(run_dir: Path) -> list[dict[str, str]]:
-    import csv
-
-    with (run_dir / "history.csv").open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_rpm_train_stopped_by_a_stop_request_says_so_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
