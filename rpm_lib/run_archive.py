@@ -40,7 +40,7 @@ from typing import Any
 
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
-from rpm_lib.run_progress import FINISHED, UNFINISHED
+from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights
 
 #: The archive's own record: format, version, runs, files with their sizes and SHA-256.
 MANIFEST = "rpm_state.json"
@@ -132,18 +132,19 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
     stages = _read_json(run_dir / "progress.json").get("stages", {})
     if status == FINISHED:
         if keep_final_weights and stages:
-            final = list(stages.values())[-1].get("weights")
-            if isinstance(final, str) and (run_dir / final).is_file():
-                members.append((final, _weights_only(run_dir / final)))
+            final = recorded_weights(run_dir, list(stages.values())[-1].get("weights"))
+            if final is not None and final.is_file():
+                members.append((final.relative_to(run_dir.resolve()).as_posix(), _weights_only(final)))
         return members
     for name, summary in stages.items():
         if not isinstance(summary, dict):
             raise ArchiveError(f"{run_dir / 'progress.json'}: stage {name!r} is not a mapping")
         if summary.get("completed"):
-            weights = summary.get("weights")
-            if not isinstance(weights, str) or not (run_dir / weights).is_file():
-                raise ArchiveError(f"{run_dir}: finished stage {name} names weights {weights!r}, which are missing")
-            members.append((weights, _weights_only(run_dir / weights)))
+            weights = recorded_weights(run_dir, summary.get("weights"))
+            if weights is None or not weights.is_file():
+                raise ArchiveError(f"{run_dir}: finished stage {name} names weights {summary.get('weights')!r}, "
+                                   "which are missing or outside the run folder")
+            members.append((weights.relative_to(run_dir.resolve()).as_posix(), _weights_only(weights)))
         else:
             stage_dir = run_dir / "checkpoints" / name
             last = stage_dir / "last.ckpt"

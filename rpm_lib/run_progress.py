@@ -21,6 +21,31 @@ FINISHED, UNFINISHED = "finished", "unfinished"
 UNFINISHED_EXIT_CODE = 75
 
 
+def weights_record(run_dir: Path, path: Path) -> str:
+    """How ``progress.json`` records a stage's checkpoint ``path``: relative to ``run_dir``, so the folder can move.
+
+    Both are resolved first: Lightning hands back checkpoint paths made absolute, while ``run_dir`` may be relative
+    (the default ``runs/train``) or reached through a symbolic link.
+    """
+    folder, target = run_dir.resolve(), path.resolve()
+    if not target.is_relative_to(folder):
+        raise ValueError(f"checkpoint {path} is outside the run folder {run_dir}")  # checkpoints/ is always inside
+    return target.relative_to(folder).as_posix()
+
+
+def recorded_weights(run_dir: Path, weights: Any) -> Path | None:
+    """The checkpoint that a ``progress.json`` stage names as ``weights``, resolved; None unless it lies in ``run_dir``.
+
+    A shared run folder is untrusted input: its record must not point at a file elsewhere. Paths are recorded
+    relative to the folder; an absolute one counts where it resolves inside the folder (runs started with a
+    relative ``run_dir`` before 2026-11-27 recorded such paths).
+    """
+    if not isinstance(weights, str) or not weights:
+        return None
+    path = (run_dir / weights).resolve()
+    return path if path.is_relative_to(run_dir.resolve()) else None
+
+
 #: What a damaged record raises while it is read here (wrong types, missing columns, bad numbers, bad bytes).
 _DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError, UnicodeDecodeError, csv.Error)
 

@@ -51,7 +51,7 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
-from rpm_lib.run_progress import FINISHED, UNFINISHED
+from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights, weights_record
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
@@ -481,7 +481,7 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
         "best_val_loss": None if score is None else float(score),
         "best_val_accuracy": _best_epoch_accuracy(run_dir, plan.name),
         "stopped_early": bool(stopped_epoch > 0),
-        "weights": str(weights.relative_to(run_dir)) if weights.is_relative_to(run_dir) else str(weights),
+        "weights": weights_record(run_dir, weights),
         "lr": plan.lr,
         "batch_size": plan.batch_size,
         "wall_time_s": round(time.perf_counter() - began, 3),
@@ -519,15 +519,12 @@ def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
 
 
 def _inside_run_dir(run_dir: Path, weights: Any) -> Path:
-    """The checkpoint a ``progress.json`` names, refused unless it is a relative path inside ``run_dir``.
-
-    A shared run folder is untrusted input: its ``progress.json`` must not point ``resume`` at a file elsewhere.
-    """
+    """The checkpoint a ``progress.json`` names, refused in one line unless it lies inside ``run_dir``."""
     if not isinstance(weights, str) or not weights:
         raise ConfigError(f"resume: {run_dir / 'progress.json'}: field 'weights' must be a checkpoint path "
                           f"inside the run folder, got {weights!r}")
-    path = (run_dir / weights).resolve()
-    if Path(weights).is_absolute() or not path.is_relative_to(run_dir.resolve()):
+    path = recorded_weights(run_dir, weights)
+    if path is None:
         raise ConfigError(f"resume: {run_dir / 'progress.json'}: field 'weights' ({weights}) points outside the run "
                           "folder; refusing to load it")
     return path

@@ -295,3 +295,27 @@ def test_resume_never_unpickles_code_and_stays_inside_the_run_folder(tiny_config
         progress_path.write_text(json.dumps(progress))
         with pytest.raises(ConfigError, match="outside the run folder"):
             train(resumed)
+
+
+@pytest.mark.parametrize("reached_by", ["relative path", "symbolic link"])
+def test_a_run_folder_named_relatively_or_through_a_link_resumes(tiny_config: Callable[..., TrainConfig],
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  reached_by: str) -> None:
+    # Lightning records checkpoint paths made absolute; the record must still name them inside the run folder
+    # (found by hostile testing: the default run_dir=runs/train could not resume once a stage had finished).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    if reached_by == "symbolic link":
+        (tmp_path / "link").symlink_to(tmp_path / "runs", target_is_directory=True)
+    config = tiny_config(setup="ce", run_dir="runs/train" if reached_by == "relative path" else "link/train")
+    first = train(config)
+    progress_path = Path(config.run_dir) / "progress.json"
+    progress = json.loads(progress_path.read_text())
+    assert progress["stages"]["supervised"]["weights"] in ("checkpoints/supervised/best.ckpt",
+                                                          "checkpoints/supervised/last.ckpt")
+    # stopped before the final evaluation: resuming reloads the finished stage's weights
+    progress["status"] = "unfinished"
+    progress_path.write_text(json.dumps(progress))
+    resumed = train(TrainConfig(**{**config.to_dict(), "resume": True}))
+    assert resumed["test_accuracy"] == first["test_accuracy"]
+    assert resumed["test_loss"] == first["test_loss"]
