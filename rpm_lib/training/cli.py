@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train an RPM model with one of the MLCL paper's setups (ce, ce_aux_dense, ce_aux_sparse, "
                     "mlcl, mlcl_aug) and evaluate it; writes config.yaml, checkpoints/, history.csv, "
                     "metrics.json and predictions.npz into run_dir. Exit status: 0 finished, 2 bad config or "
-                    "data, 1 diverged, 75 unfinished (time_budget reached; resume=true continues).",
+                    "data, 1 diverged, 75 unfinished (time_budget reached, or Ctrl-C / SIGTERM: the run stops at its next "
+                    "step; resume=true continues), 130 stopped at once by a second Ctrl-C.",
         epilog=_fields_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -74,11 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rpm_lib.data import DataFormatError
 
+    from rpm_lib.training.stop_signals import Interrupted
+
     try:
-        metrics = train(config)
+        metrics = train(config, stop_on_terminal_signals=True)
     except (ConfigError, DataFormatError) as error:
         print(f"rpm-train: error: {error}", file=sys.stderr)
         return 2
+    except Interrupted as error:
+        print(f"{error}; resume=true continues from the last epoch's checkpoint in {config.run_dir}", file=sys.stderr)
+        return 130  # the shell's status for a process ended by SIGINT
     except NonFiniteLossError as error:
         print(f"rpm-train: error: {error}", file=sys.stderr)
         return 1

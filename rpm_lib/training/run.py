@@ -34,10 +34,8 @@ import math
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +50,7 @@ from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLim
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
 from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights, weights_record
+from rpm_lib.training.stop_signals import KeepStopSignals, stop_on_signals
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
@@ -94,12 +93,15 @@ def as_config(config: TrainConfig | Mapping[str, Any] | str | Path) -> TrainConf
 
 
 def train(config: TrainConfig | Mapping[str, Any] | str | Path,
-          callbacks: Sequence[L.Callback] = ()) -> dict[str, Any]:
+          callbacks: Sequence[L.Callback] = (), stop_on_terminal_signals: bool = False) -> dict[str, Any]:
     """Train and evaluate one run; returns the metrics written to ``<run_dir>/metrics.json``.
 
     Args:
         config: a :class:`TrainConfig`, a dict of its fields, or a YAML file.
         callbacks: extra Lightning callbacks added to every stage's Trainer.
+        stop_on_terminal_signals: SIGTERM and Ctrl-C stop the run at its next step with a resumable state
+            (``rpm-train``; a second Ctrl-C stops at once). Inside a SLURM job the scheduler's signals always do
+            (``rpm_lib.training.stop_signals``).
 
     Returns:
         The metrics dict (on DDP ranks other than 0: ``{"rank": r}``; rank 0 writes the files), with
@@ -124,11 +126,13 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     began = time.perf_counter()
     run_dir = Path(config.run_dir)
     rank = _launch_rank()
-    with quiet_lightning(), stop_on_scheduler_signals(run_dir / STOP_FILE), \
-            float32_matmul_precision(config.matmul_precision):
+    with quiet_lightning(), float32_matmul_precision(config.matmul_precision), contextlib.ExitStack() as signals:
         if rank == 0:
             _prepare_run_dir(config, run_dir)
             (run_dir / STOP_FILE).unlink(missing_ok=True)  # a request that an earlier call already obeyed
+        # After the unlink: a signal from now on is a request for this call.
+        signals.enter_context(stop_on_signals(run_dir / STOP_FILE, interactive=stop_on_terminal_signals))
+        if rank == 0:
             # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
             dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(
                 run_dir / "config.yaml")
@@ -186,30 +190,6 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         _write_json(run_dir / "metrics.json", metrics)
         record.finish(stages, began)
         return metrics
-
-
-@contextlib.contextmanager
-def stop_on_scheduler_signals(stop_file: Path) -> Iterator[None]:
-    """Inside a SLURM job: SIGUSR2 (``--signal=USR2@N`` before the time limit) and SIGTERM (preemption, the limit)
-    write ``stop_file`` instead of killing the process, so the run stops at its next step with a resumable state.
-
-    Only in the main thread of a process that SLURM started (``SLURM_JOB_ID``); the previous handlers come back
-    on exit. SLURM signals every process of a job step, so this protects a run inside a notebook kernel too.
-    """
-    if "SLURM_JOB_ID" not in os.environ or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def request_stop(signum: int, frame: Any) -> None:
-        stop_file.parent.mkdir(parents=True, exist_ok=True)
-        stop_file.touch()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGUSR2, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _finished_metrics(run_dir: Path, progress: dict[str, Any], config: TrainConfig) -> dict[str, Any] | None:
@@ -431,7 +411,7 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callback
         limit_val_batches=config.limit_val_batches,
         num_sanity_val_steps=0,
         callbacks=[history, FiniteLossGuard(plan.name), StepLimit(config.max_steps), early_stopping, checkpoint,
-                   *logger_callbacks, *callbacks, *budget],
+                   *logger_callbacks, *callbacks, KeepStopSignals(), *budget],
         logger=logger,
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,

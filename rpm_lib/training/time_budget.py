@@ -92,7 +92,7 @@ def describe_unfinished(metrics: dict[str, Any], time_budget: float | None, run_
         run_dir: the run folder (its stop-request file is named in the cause).
     """
     if metrics.get("stop_requested") or time_budget is None:
-        cause = f"a stop request ({Path(run_dir) / STOP_FILE}, written on a scheduler's signal)"
+        cause = f"a stop request ({Path(run_dir) / STOP_FILE}, written on a signal: Ctrl-C, SIGTERM, a scheduler's time limit)"
     else:
         cause = f"the time budget ({time_budget:g} s)"
     step = "" if metrics.get("global_step") is None else f" after step {metrics['global_step']}"

@@ -7,7 +7,9 @@ on every machine; one test uses the real clock to show the stop comes before the
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -312,11 +314,89 @@ def test_rpm_train_stopped_by_a_stop_request_says_so_in_one_line(tmp_path: Path,
 
     TrainConfig(run_dir=str(tmp_path / "run"), **_fields("ce", tmp_path / "data")).to_yaml(tmp_path / "run.yaml")
     original = run_module.train
-    monkeypatch.setattr(run_module, "train", lambda config: original(config, callbacks=[_RequestStop(2)]))
+    monkeypatch.setattr(run_module, "train", lambda config, **kw: original(config, callbacks=[_RequestStop(2)], **kw))
     assert cli.main(["--config", str(tmp_path / "run.yaml")]) == UNFINISHED_EXIT_CODE
     err = capsys.readouterr().err
     assert "Traceback" not in err and "TypeError" not in err, err
     assert "stop request" in err and time_budget.STOP_FILE in err and "resume=true" in err, err
+
+
+class _SendSignal(L.Callback):
+    """Sends ``signum`` to this process ``times`` times: after the first validation batch of the first epoch (the
+    moment Lightning's own SIGTERM handler would end the process with status 0), or after training step ``step``."""
+
+    def __init__(self, signum: int, times: int = 1, step: int | None = None) -> None:
+        self.signum, self.times, self.step = signum, times, step
+
+    def _send(self) -> None:
+        for _ in range(self.times):
+            os.kill(os.getpid(), self.signum)
+        self.times = 0
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if self.step is None and trainer.current_epoch == 0:
+            self._send()
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            self._send()
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT handled by Python's KeyboardInterrupt handler, also when the test process started with it ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_validation_stops_rpm_train_at_the_next_step_with_the_uninterrupted_metrics(
+        tmp_path: Path, signum: int, ctrl_c_raises: None) -> None:
+    # 2 validation batches an epoch: the signal comes after the first (found by hostile testing: SIGTERM ended
+    # rpm-train with status 0 and no output, SIGINT with status 1).
+    fields = {**_fields("ce", tmp_path / "data"), "max_val_samples": 8}
+    reference = train(TrainConfig(run_dir=str(tmp_path / "reference"), **fields))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), **fields), callbacks=[_SendSignal(signum)],
+                    stop_on_terminal_signals=True)
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers  # given back after the call
+    steps_per_epoch = 4
+    assert stopped["status"] == "unfinished" and stopped["global_step"] == steps_per_epoch
+    assert stopped["stop_requested"]
+    resumed = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields), stop_on_terminal_signals=True)
+    assert _comparable(resumed) == _comparable(reference)
+
+
+def test_rpm_train_says_what_a_signal_did_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], ctrl_c_raises: None) -> None:
+    import rpm_lib.training.run as run_module
+
+    fields = _fields("ce", tmp_path / "data")
+    reference = train(TrainConfig(run_dir=str(tmp_path / "reference"), **fields))
+    TrainConfig(run_dir=str(tmp_path / "run"), **fields).to_yaml(tmp_path / "run.yaml")
+    original = run_module.train
+    sender: list[_SendSignal] = []
+    monkeypatch.setattr(run_module, "train", lambda config, **kw: original(config, callbacks=sender, **kw))
+
+    sender[:] = [_SendSignal(signal.SIGTERM, step=2)]
+    assert cli.main(["--config", str(tmp_path / "run.yaml")]) == UNFINISHED_EXIT_CODE
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "rpm-train: SIGTERM received: stopping at the next step with a resumable state"
+    assert "rpm-train: unfinished: a stop request" in err and "after step 2" in err and "Traceback" not in err, err
+    assert len(err.splitlines()) == 2, err
+
+    # Ctrl-C twice: the second stops at once; the run goes on from the last epoch's checkpoint.
+    sender[:] = [_SendSignal(signal.SIGINT, times=2, step=6)]
+    assert cli.main(["--config", str(tmp_path / "run.yaml"), "resume=true"]) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("rpm-train: stopped at once by a second Ctrl-C; resume=true continues"), err
+    assert len(err.splitlines()) == 2 and "Traceback" not in err, err
+
+    sender[:] = []
+    assert cli.main(["--config", str(tmp_path / "run.yaml"), "resume=true"]) == 0
+    resumed = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert _comparable(resumed) == _comparable(reference)
 
 
 def test_the_unfinished_line_names_what_stopped_the_run() -> None:

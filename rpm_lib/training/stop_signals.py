@@ -1,0 +1,99 @@
+"""Signals that ask a training run to stop at its next step boundary, with a resumable state, instead of killing it.
+
+A signal handler here only writes the run's stop-request file (``time_budget.STOP_FILE``); the time-budget
+callback sees it after the step in progress, writes ``last.ckpt`` and ends the run as *unfinished* (``rpm-train``
+exits with 75), exactly as when the time budget runs out.
+
+Which signals:
+
+* inside a SLURM job (``SLURM_JOB_ID``): SIGUSR2 (``--signal=USR2@N`` before the time limit) and SIGTERM
+  (preemption, the limit), in any process that calls ``train``, a notebook kernel included;
+* in ``rpm-train`` (``interactive=True``): SIGTERM (``kill``, a process manager, a container stopping) and SIGINT
+  (Ctrl-C). A second SIGINT stops at once (``KeyboardInterrupt``), keeping the last epoch's checkpoint.
+
+Lightning 2.6 installs its own SIGTERM handler when ``Trainer.fit`` starts: it calls the handler it finds, then
+ends the process with ``SIGTERMException`` after the batch in progress, a ``SystemExit`` with status 0, the status
+of a finished run. :class:`KeepStopSignals` puts this module's handlers back once training starts; Lightning
+restores them itself when ``fit`` returns.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning as L
+
+#: The handlers of the innermost active :func:`stop_on_signals` (signal -> handler), for :class:`KeepStopSignals`.
+_active: dict[int, Any] = {}
+
+
+class Interrupted(Exception):
+    """A second Ctrl-C stopped ``rpm-train`` at once; the run resumes from its last saved checkpoint."""
+
+
+def _signals(interactive: bool) -> set[int]:
+    chosen: set[int] = set()
+    if "SLURM_JOB_ID" in os.environ:
+        chosen |= {signal.SIGUSR2, signal.SIGTERM}
+    if interactive:
+        chosen |= {signal.SIGTERM, signal.SIGINT}
+    return chosen
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop_file: Path, interactive: bool = False, program: str = "rpm-train") -> Iterator[None]:
+    """While inside: the signals listed in the module docstring write ``stop_file`` instead of ending the process.
+
+    Only in the main thread (Python runs signal handlers there); the previous handlers come back on exit.
+
+    Args:
+        stop_file: the run's stop-request file.
+        interactive: also SIGTERM and SIGINT outside SLURM (``rpm-train``; not a notebook, whose kernel uses SIGINT
+            for its own interrupt button).
+        program: named in the line printed when a signal arrives.
+    """
+    # A signal the process was started to ignore (nohup, a background job of a script) stays ignored.
+    chosen = {sig for sig in _signals(interactive) if signal.getsignal(sig) is not signal.SIG_IGN}
+    if not chosen or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    requested: list[int] = []
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and signal.SIGINT in requested:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise Interrupted(f"{program}: stopped at once by a second Ctrl-C")
+        requested.append(signum)
+        stop_file.parent.mkdir(parents=True, exist_ok=True)
+        stop_file.touch()
+        again = " (Ctrl-C again stops at once, losing the epoch in progress)" if signum == signal.SIGINT else ""
+        print(f"{program}: {signal.Signals(signum).name} received: stopping at the next step with a resumable "
+              f"state{again}", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in chosen}
+    outer = dict(_active)
+    _active.clear()
+    _active.update({sig: request_stop for sig in chosen})
+    try:
+        yield
+    finally:
+        _active.clear()
+        _active.update(outer)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class KeepStopSignals(L.Callback):
+    """Re-installs :func:`stop_on_signals`' handlers over the ones ``Trainer.fit`` installed (see module docstring)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in _active.items():
+                signal.signal(sig, handler)
