@@ -28,6 +28,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +70,8 @@ def idle_before_training(path: Path) -> float | None:
     return round((busy[0] - samples[0][0]).total_seconds(), 1) if busy else None
 
 
+#: Largest report file read from ``slice.tar.gz`` (the GPU samples of a 10-minute slice are ~10 kB).
+REPORT_BYTES = 16 * 2**20
 #: The slice's reports (in ``slice.tar.gz``, or loose beside the state as slices 1-3 returned them).
 REPORTS = ("slice.json", "progress.json", "progress.md", "table1.md", "gpu_util.csv")
 
@@ -81,11 +84,19 @@ def slice_reports(files_at: Path, into: Path) -> Path:
     archive = files_at / "slice.tar.gz"
     if not archive.is_file():
         return files_at
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            name = Path(member.name).name
-            if member.isfile() and name in REPORTS and Path(member.name).parent in (Path("."), Path("")):
-                (into / name).write_bytes(tar.extractfile(member).read())
+    try:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if member.isfile() and name in REPORTS and Path(member.name).parent in (Path("."), Path("")):
+                    if member.size > REPORT_BYTES:
+                        raise SystemExit(f"campaign_record: error: {archive}: {member.name} is {member.size} bytes, "
+                                         f"more than a report's {REPORT_BYTES}; nothing recorded")
+                    (into / name).write_bytes(tar.extractfile(member).read())
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise SystemExit(f"campaign_record: error: {archive}: not a readable tar archive ({reason}); "
+                         "nothing recorded") from None
     return into
 
 
@@ -95,7 +106,24 @@ def record(files_at: Path) -> dict:
         return _record(files_at, slice_reports(files_at, Path(folder)))
 
 
+def _report(path: Path, kind: type) -> object:
+    """The JSON ``kind`` (dict or list) in the slice's report ``path``; a damaged one ends the script in one line."""
+    try:
+        value = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise SystemExit(f"campaign_record: error: {path.name}: not JSON ({error}); nothing recorded") from None
+    if not isinstance(value, kind):
+        raise SystemExit(f"campaign_record: error: {path.name}: expected a JSON {kind.__name__}; nothing recorded")
+    return value
+
+
+#: What a slice's ``slice.json`` must hold for its row.
+SLICE_FIELDS = ("date", "device", "seconds", "exit_status")
+
+
 def _record(files_at: Path, reports: Path) -> dict:
+    if not files_at.is_dir():
+        raise SystemExit(f"campaign_record: error: {files_at} is not a folder (the device tool's files_at)")
     state = files_at / "state.tar.gz"
     parts = sorted(files_at.glob("state.tar.gz.part[0-9][0-9]"))
     if not state.is_file() and not parts:
@@ -104,18 +132,34 @@ def _record(files_at: Path, reports: Path) -> dict:
         if not (reports / name).is_file():
             raise SystemExit(f"campaign_record: error: {name} is missing from {files_at / 'slice.tar.gz'} and "
                              f"{files_at} (did the slice finish?)")
-    info = json.loads((reports / "slice.json").read_text())
-    runs = json.loads((reports / "progress.json").read_text())
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    info = _report(reports / "slice.json", dict)
+    missing = [field for field in SLICE_FIELDS if field not in info]
+    if missing:
+        raise SystemExit(f"campaign_record: error: slice.json lacks {', '.join(missing)}; nothing recorded")
+    runs = _report(reports / "progress.json", list)
     previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
-    stored = RESULTS / "state.tar.gz"
-    if parts:  # a state over a device call's 16 MiB per file came back in parts
-        with stored.open("wb") as joined:
-            for part in parts:
-                with part.open("rb") as piece:
-                    shutil.copyfileobj(piece, joined)
-    else:
-        shutil.copyfile(state, stored)
+    with tempfile.TemporaryDirectory() as folder:
+        joined = Path(folder) / "state.tar.gz"
+        if parts:  # a state over a device call's 16 MiB per file came back in parts
+            with joined.open("wb") as whole:
+                for part in parts:
+                    with part.open("rb") as piece:
+                        shutil.copyfileobj(piece, whole)
+        else:
+            shutil.copyfile(state, joined)
+        # The committed state is the campaign's only copy of its finished epochs: replace it only with one that
+        # unpacks (every file checked against its SHA-256).
+        from rpm_lib import run_archive
+
+        try:
+            run_archive.unpack(joined, Path(folder) / "check")
+        except run_archive.ArchiveError as error:
+            source = parts[0].parent / "state.tar.gz.part*" if parts else state
+            reason = " ".join(str(error).split())
+            raise SystemExit(f"campaign_record: error: {source}: {reason}; nothing recorded") from None
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        stored = RESULTS / "state.tar.gz"
+        shutil.copyfile(joined, stored)
     entry = {"slice": len(previous) + 1, **info, "state_bytes": stored.stat().st_size,
              "gpu_utilisation_percent": gpu_utilisation(reports / "gpu_util.csv"),
              "idle_before_training_seconds": idle_before_training(reports / "gpu_util.csv"), "runs": runs,

@@ -37,8 +37,16 @@ PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
 # Seconds kept after the batch for packing the state and writing the reports.
 RESERVE=${CAMPAIGN_RESERVE:-25}
 
-if [[ " $* " == *" --cpu-dry-run "* ]]; then
-    DRY=1
+DRY=0
+for arg in "$@"; do
+    case $arg in
+        --cpu-dry-run) DRY=1 ;;
+        -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_campaign: error: unknown argument '$arg' (the options: --cpu-dry-run, --help)" >&2; exit 2 ;;
+    esac
+done
+
+if (( DRY )); then
     PY=${PYTHON:-$REPO/.venv/bin/python}
     [[ -x "$PY" ]] || PY=$(command -v python3)
     export PATH="$(dirname "$PY"):$PATH"
@@ -50,7 +58,6 @@ if [[ " $* " == *" --cpu-dry-run "* ]]; then
     # The template path in the YAML is relative to the working folder: a private copy keeps the checkout clean.
     mkdir -p "$WORK/notebooks" && cp notebooks/03_train.ipynb "$WORK/notebooks/"
 else
-    DRY=0
     source bench/device_env.sh
     CONFIG=$REPO/configs/table1_scl_gpu.yaml
     WORK=$REPO

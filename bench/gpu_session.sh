@@ -15,6 +15,13 @@
 # profile_{eager,step_cudagraphs,fp32_tf32}.log and profile_*/profile.json; or linear_eval/pretrain.json, history.csv,
 # probe.json, probe.txt; or concurrent/concurrent_runs.{md,json}).
 set -uo pipefail
+for arg in "$@"; do
+    case $arg in
+        -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_session: error: unknown argument '$arg' (settings are environment variables: see --help)" >&2
+           exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")/.."
 STARTED=$(date +%s)
 OUT=${OUT:-/tmp/session-out}

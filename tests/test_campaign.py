@@ -178,3 +178,42 @@ def test_a_slice_row_marks_a_run_that_went_on_with_other_pixels() -> None:
            "status": "unfinished"}
     assert record._run_cell(run) == "ce_aux_sparse 12 ep, val 81.0"
     assert record._run_cell({**run, "data_changes": 1}) == "ce_aux_sparse 12 ep, val 81.0, other pixels"
+
+
+def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path: Path) -> None:
+    # Found by hostile testing: a garbage state.tar.gz replaced the committed state (the campaign's only copy of
+    # its finished epochs) and appended a slice before a traceback.
+    record = _campaign_record()
+    results = tmp_path / "results"
+    results.mkdir()
+    record.RESULTS, record.SLICES = results, results / "slices.jsonl"
+    (results / "state.tar.gz").write_bytes(b"the committed state")
+    (results / "slices.jsonl").write_text('{"slice": 1}\n')
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+
+    def slice_folder(name: str, state: bytes, slice_json: str, progress_json: str = "[]") -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "state.tar.gz").write_bytes(state)
+        (folder / "slice.json").write_text(slice_json)
+        (folder / "progress.json").write_text(progress_json)
+        return folder
+
+    good_info = json.dumps({"date": "d", "device": "cpu", "seconds": 1.0, "exit_status": 0})
+    cases = {
+        "garbage state": (slice_folder("garbage", os.urandom(500), good_info), "not a readable tar archive"),
+        "bad slice.json": (slice_folder("badjson", b"", "{bad"), "slice.json: not JSON"),
+        "slice.json lacks fields": (slice_folder("fields", b"", "{}"), "slice.json lacks date, device"),
+        "progress.json not a list": (slice_folder("list", b"", good_info, "{}"), "expected a JSON list"),
+        "no such folder": (tmp_path / "absent", "is not a folder"),
+    }
+    bad_reports = slice_folder("badreports", b"", good_info)
+    (bad_reports / "slice.tar.gz").write_bytes(os.urandom(300))
+    cases["garbage slice.tar.gz"] = (bad_reports, "slice.tar.gz: not a readable tar archive")
+    for case, (folder, expected) in cases.items():
+        with pytest.raises(SystemExit) as stopped:
+            record.record(folder)
+        message = str(stopped.value)
+        assert message.startswith("campaign_record: error: ") and expected in message, (case, message)
+        assert "\n" not in message, (case, message)
+        assert {p.name: p.read_bytes() for p in results.iterdir()} == before, case

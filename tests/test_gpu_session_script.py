@@ -54,3 +54,20 @@ def test_the_profile_options_of_the_gpu_session_parse(monkeypatch: pytest.Monkey
     assert options, "gpu_session.sh no longer profiles with default options: update this test"
     args = profile.parse_args([*options.group(1).split(), "--out", "/tmp/unused", "encoder=scl"])
     assert args.steps >= 1 and set(args.cases) <= set("abcd")
+
+
+@pytest.mark.parametrize("script", ["gpu_campaign.sh", "gpu_session.sh"])
+def test_the_device_scripts_explain_themselves_and_refuse_unknown_arguments(script: str, tmp_path: Path) -> None:
+    # Found by hostile testing: `gpu_campaign.sh --help` started the real campaign (70,000 problems into data/).
+    # OUT and CAMPAIGN_WORK point into tmp_path so that a regression cannot write into the checkout.
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "CAMPAIGN_WORK": str(tmp_path / "work")}
+    shown = subprocess.run(["bash", str(REPO / "bench" / script), "--help"], capture_output=True, text=True,
+                           timeout=60, env=env)
+    assert shown.returncode == 0 and "device call" in shown.stdout and not shown.stdout.startswith("#"), shown
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+    for wrong in (["--bogus"], ["--cpu-dry-run", "-x"] if script == "gpu_campaign.sh" else ["now"]):
+        refused = subprocess.run(["bash", str(REPO / "bench" / script), *wrong], capture_output=True, text=True,
+                                 timeout=60, env=env)
+        assert refused.returncode == 2, refused
+        assert refused.stderr.count("\n") == 1 and "unknown argument" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
