@@ -436,7 +436,8 @@ def _run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodu
     last = stage_dir / "last.ckpt"
     trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks, deadline)
     if config.resume and last.is_file():
-        _load_checkpoint(last)  # a damaged or foreign file is one line here, not Lightning's traceback
+        # a damaged or foreign file is one line here, not Lightning's traceback
+        _check_fits(module, _load_checkpoint(last), last, resume_point_of=plan.name)
     began = time.perf_counter()
     # weights_only: a shared run folder's last.ckpt is untrusted input (never unpickle code from it).
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None,
@@ -521,7 +522,45 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
 def _load_weights(module: RpmModule, path: Path) -> None:
     if not path.is_file():
         raise ConfigError(f"resume: checkpoint {path} is missing; delete progress.json or use overwrite=true")
-    module.load_state_dict(_load_checkpoint(path)["state_dict"])
+    checkpoint = _load_checkpoint(path)
+    _check_fits(module, checkpoint, path)
+    module.load_state_dict(checkpoint["state_dict"])
+
+
+#: What Lightning reads from a checkpoint it resumes a stage from (``Trainer.fit(ckpt_path=...)``).
+RESUME_POINT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "loops", "optimizer_states")
+
+
+def _check_fits(module: RpmModule, checkpoint: dict[str, Any], path: Path, resume_point_of: str | None = None) -> None:
+    """One line unless ``checkpoint`` holds exactly ``module``'s weights (names and shapes), and, for the resume
+    point of stage ``resume_point_of``, what Lightning resumes from, written by that stage.
+
+    Raises:
+        ConfigError: ``resume: checkpoint <path> does not fit this run (...)``.
+    """
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"resume: checkpoint {path} does not fit this run ({why}); delete it (and the run's "
+                           "progress.json) or use overwrite=true")
+
+    expected = {name: tuple(value.shape) for name, value in module.state_dict().items()}
+    found = {name: tuple(value.shape) if isinstance(value, torch.Tensor) else None
+             for name, value in checkpoint["state_dict"].items()}
+    missing, extra = sorted(expected.keys() - found.keys()), sorted(found.keys() - expected.keys())
+    if missing or extra:
+        names = [f"{len(missing)} missing, e.g. {missing[0]}"] if missing else []
+        names += [f"{len(extra)} unknown, e.g. {extra[0]}"] if extra else []
+        raise refuse(f"weights: {'; '.join(names)}")
+    wrong = next((name for name in expected if found[name] != expected[name]), None)
+    if wrong is not None:
+        raise refuse(f"weight {wrong} has shape {found[wrong]}, the model's is {expected[wrong]}")
+    if resume_point_of is None:
+        return
+    absent = [key for key in RESUME_POINT_KEYS if key not in checkpoint]
+    if absent:
+        raise refuse(f"no {', '.join(absent)}: not a checkpoint that training resumes from")
+    stage = checkpoint.get("rpm_stage")
+    if stage is not None and stage != resume_point_of:
+        raise refuse(f"it was written by stage {stage}, not {resume_point_of}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -319,3 +319,44 @@ def test_a_run_folder_named_relatively_or_through_a_link_resumes(tiny_config: Ca
     resumed = train(TrainConfig(**{**config.to_dict(), "resume": True}))
     assert resumed["test_accuracy"] == first["test_accuracy"]
     assert resumed["test_loss"] == first["test_loss"]
+
+
+def test_a_checkpoint_that_does_not_fit_the_run_is_refused_in_one_line(tiny_config: Callable[..., TrainConfig]) -> None:
+    # Found by hostile testing: checkpoints that load as plain tensors but are not this run's gave Lightning's and
+    # PyTorch's tracebacks (missing keys, wrong shapes, no loop state, another stage's optimiser).
+    config = tiny_config(setup="mlcl")
+    train(config)
+    run_dir = Path(config.run_dir)
+    progress = json.loads((run_dir / "progress.json").read_text())
+    assert list(progress["stages"]) == ["pretrain", "linear"]
+    # As if the run had stopped inside linear evaluation: resuming reloads pretrain's weights, then linear's last.ckpt.
+    progress["status"] = "unfinished"
+    del progress["stages"]["linear"]
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    resumed = TrainConfig(**{**config.to_dict(), "resume": True})
+    last = run_dir / "checkpoints" / "linear" / "last.ckpt"
+    own = torch.load(last, weights_only=True)
+    other_stage = torch.load(run_dir / "checkpoints" / "pretrain" / "last.ckpt", weights_only=True)
+    weights = own["state_dict"]
+    first = next(iter(weights))
+    cases = {
+        "a weight missing": ({**own, "state_dict": {k: v for k, v in weights.items() if k != first}},
+                             f"1 missing, e.g. {first}"),
+        "a weight of another shape": ({**own, "state_dict": {**weights, first: torch.zeros(3)}},
+                                      f"weight {first} has shape (3,)"),
+        "weights only": ({"state_dict": weights}, "not a checkpoint that training resumes from"),
+        "another stage's": (other_stage, "written by stage pretrain, not linear"),
+    }
+    for case, (content, expected) in cases.items():
+        torch.save(content, last)
+        with pytest.raises(ConfigError) as refused:
+            train(resumed)
+        assert str(refused.value).startswith(f"resume: checkpoint {last} does not fit this run ("), case
+        assert expected in str(refused.value) and "\n" not in str(refused.value), (case, str(refused.value))
+    torch.save(own, last)
+    finished_weights = run_dir / progress["stages"]["pretrain"]["weights"]
+    content = torch.load(finished_weights, weights_only=True)
+    torch.save({**content, "state_dict": {k: v for k, v in content["state_dict"].items() if k != first}},
+               finished_weights)
+    with pytest.raises(ConfigError, match=f"checkpoint {finished_weights} does not fit this run .weights: 1 missing"):
+        train(resumed)
