@@ -6,6 +6,7 @@ turning that safety off, which would. The messages here say what is wrong withou
 from __future__ import annotations
 
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,11 @@ def load_plain(path: Path, error: type[Exception], advice: str = "") -> dict[str
 
     suffix = f"; {advice}" if advice else ""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # A raw pickle makes torch warn ("Detected pickle protocol ..., please file an issue") before the
+            # refusal below: two lines of advice that do not apply.
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as problem:  # noqa: BLE001 - whatever the file is, the user gets one line
         raise error(f"checkpoint {path}: not loadable as plain weights ({_why(problem)}){suffix}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):

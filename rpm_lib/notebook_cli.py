@@ -40,14 +40,14 @@ def _parameters_file(path: Path) -> dict[str, Any] | str:
     """The mapping in ``path``, or a one-line description of what is wrong with it."""
     import yaml
 
-    from rpm_lib.typed_values import yaml_problem
+    from rpm_lib.typed_values import load_yaml_file_text, yaml_problem
 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         return f"{path}: cannot be read ({type(error).__name__}: {error})"
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_file_text(text)
     except yaml.YAMLError as error:
         return f"{path}: not YAML ({yaml_problem(error)})"
     if data is None:

@@ -47,6 +47,30 @@ def from_text(raw: str) -> RawValue:
     return RawValue(raw, value)
 
 
+class _NoDuplicateKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice (line {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_NoDuplicateKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _NoDuplicateKeys.construct_mapping)
+
+
+def load_yaml_file_text(text: str) -> Any:
+    """A YAML file's text parsed as ``yaml.safe_load`` would, except that a key given twice in one mapping is
+    refused (``yaml.YAMLError``; :func:`yaml_problem` says it in one line) instead of silently keeping the last."""
+    return yaml.load(text, Loader=_NoDuplicateKeys)  # noqa: S506 - a SafeLoader subclass
+
+
 def yaml_problem(error: yaml.YAMLError) -> str:
     """One line saying why text is not YAML (PyYAML's own message spans several lines, with a caret)."""
     problem = getattr(error, "problem", None) or str(error).splitlines()[0]

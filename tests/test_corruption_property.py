@@ -199,3 +199,17 @@ def test_an_intact_run_folder_is_read_as_before(pristine: Path) -> None:
     assert (standing.status, standing.stage, standing.epochs) == ("unfinished", "supervised", {"supervised": 2})
     assert (standing.val_accuracy, standing.best_val_accuracy, standing.slices, standing.seconds) == (0.5, 0.5, 1, 1.5)
     assert (standing.steps, standing.rpms) == (4, 8)
+
+
+def test_a_raw_pickle_checkpoint_is_refused_without_torch_warnings(tmp_path: Path,
+                                                                   recwarn: pytest.WarningsRecorder) -> None:
+    # Found by hostile testing: torch printed "Detected pickle protocol 4 ... please file an issue" above the refusal.
+    import pickle
+    import warnings
+
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(pickle.dumps({"state_dict": {}}, protocol=4))
+    warnings.simplefilter("always")
+    with pytest.raises(ConfigError, match="not loadable as plain weights"):
+        load_plain(path, ConfigError)
+    assert [str(w.message) for w in recwarn] == []

@@ -285,14 +285,16 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
         """Read a YAML file (a mapping of fields), then apply ``key=value`` overrides."""
+        from rpm_lib.typed_values import load_yaml_file_text, yaml_problem
+
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a folder, not a YAML file")
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         try:
-            values = yaml.safe_load(path.read_text()) or {}
+            values = load_yaml_file_text(path.read_text()) or {}
         except yaml.YAMLError as error:
-            from rpm_lib.typed_values import yaml_problem
-
             raise ConfigError(f"config file {path}: {yaml_problem(error)}") from None
         except UnicodeDecodeError as error:
             raise ConfigError(f"config file {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
@@ -328,6 +330,21 @@ class TrainConfig:
         import torch
 
         return self.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+
+    def unused_settings(self) -> list[str]:
+        """Settings away from their defaults that change nothing in this run, one sentence each (a note, not an
+        error: a YAML may keep them for the machine or the run where they apply)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        notes = []
+        if not self.compile:
+            changed = [f"{name}={getattr(self, name)}" for name in ("compile_scope", "compile_mode")
+                       if getattr(self, name) != defaults[name]]
+            if changed:
+                notes.append(f"{' and '.join(changed)} take effect only with compile=true")
+        elif self.compile_mode == "reduce-overhead" and not self.trains_on_cuda:
+            notes.append("compile_mode=reduce-overhead replays CUDA graphs only on a CUDA GPU; here the step is "
+                         "compiled without them")
+        return notes
 
     @property
     def resolved_rule_encoding(self) -> str:

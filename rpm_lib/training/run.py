@@ -117,6 +117,9 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     # Fail before touching the run folder.
     resolve_precision(config)
     check_logger(config)
+    if _launch_rank() == 0:
+        for note in config.unused_settings():
+            print(f"rpm-train: note: {note}", file=sys.stderr)
     if not config.generate and not Path(config.data_root).exists():
         raise ConfigError(f"config field 'data_root': {config.data_root} does not exist (set generate=true to create "
                           "a small I-RAVEN there, or point it at a dataset / cache)")
@@ -129,20 +132,23 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     with quiet_lightning(), float32_matmul_precision(config.matmul_precision), contextlib.ExitStack() as signals:
         if rank == 0:
             _prepare_run_dir(config, run_dir)
-            (run_dir / STOP_FILE).unlink(missing_ok=True)  # a request that an earlier call already obeyed
+            stop_file = run_dir / STOP_FILE
+            if stop_file.is_dir() and not stop_file.is_symlink():
+                raise ConfigError(f"{stop_file} is a folder; remove it (a file of that name asks a run to stop)")
+            stop_file.unlink(missing_ok=True)  # a request that an earlier call already obeyed
         # After the unlink: a signal from now on is a request for this call.
         signals.enter_context(stop_on_signals(run_dir / STOP_FILE, interactive=stop_on_terminal_signals))
-        if rank == 0:
-            # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
-            dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(
-                run_dir / "config.yaml")
         plans = stage_plan(config)
         torch.manual_seed(derive_seed(config.seed, "init"))
         module = RpmModule(config, config.rule_spec.width)
         progress = _read_progress(run_dir / "progress.json") if config.resume else {}
         finished = _finished_metrics(run_dir, progress, config) if rank == 0 else None
         if finished is not None:
-            return finished
+            return finished  # its config.yaml stays the one its results came from
+        if rank == 0:
+            # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
+            dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(
+                run_dir / "config.yaml")
         stages: dict[str, Any] = dict(progress.get("stages", {}))
         record = ProgressRecord(run_dir, progress, rank == 0, config.data_check)
         trainer: L.Trainer | None = None
@@ -164,6 +170,10 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             if done and done.get("completed"):
                 _load_weights(module, _inside_run_dir(run_dir, done.get("weights")))
                 continue
+            last = run_dir / "checkpoints" / plan.name / "last.ckpt"
+            if done and done.get("global_step") and not last.is_file() and rank == 0:
+                print(f"rpm-train: note: {last} is missing, so stage {plan.name} starts again at step 0 "
+                      f"({run_dir / 'progress.json'} recorded step {done['global_step']})", file=sys.stderr)
             try:
                 trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks,
                                                          deadline)
@@ -203,7 +213,16 @@ def _finished_metrics(run_dir: Path, progress: dict[str, Any], config: TrainConf
     metrics = _read_json(run_dir / "metrics.json")
     if metrics.get("config", {}).get("test_data_roots") != config.test_data_roots:
         return None
+    ignored = [f"{name} {metrics['config'][name]!r} -> {getattr(config, name)!r}" for name in FINISHED_RUN_IGNORES
+               if name in metrics.get("config", {}) and metrics["config"][name] != getattr(config, name)]
+    if ignored:
+        print(f"rpm-train: note: {run_dir} is finished, so {'; '.join(ignored)} changes nothing: its results stay "
+              "those of metrics.json (train in another run_dir, or overwrite=true, to use them)", file=sys.stderr)
     return metrics
+
+
+#: Resumable fields that would change how much a run trains: set on a finished run, they change nothing (a note).
+FINISHED_RUN_IGNORES = ("max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps", "patience", "min_delta")
 
 
 class ProgressRecord:
@@ -262,6 +281,10 @@ class ProgressRecord:
             same_problems = problems is not None and problems == self.progress.get("data_problems")
             versions = (f"pixels here {opencv_version.describe(made)}, when the run started "
                         f"{opencv_version.describe(then)}")
+            # The same recorded versions cannot explain other pixels: another CPU's code path or an edited cache can.
+            same_versions = bool(made) and made == then
+            cause = ("the same OpenCV versions made both, so something else changed the pixels: another build or "
+                     "CPU, or an edited cache" if same_versions else "OpenCV versions draw some edge pixels differently")
             if not same_problems:
                 raise ConfigError(
                     f"resume: the data in {root} are not the data this run started on (fingerprint {current[-12:]}, "
@@ -270,12 +293,12 @@ class ProgressRecord:
             if self.data_check != "problems":
                 raise ConfigError(
                     f"resume: the data in {root} hold the problems this run started on, but other pixels "
-                    f"(fingerprint {current[-12:]}, recorded {recorded[-12:]} in {self.path}; {versions}: OpenCV "
-                    "versions draw some edge pixels differently); make them with that OpenCV, or pass "
-                    "data_check=problems to continue on these pixels")
+                    f"(fingerprint {current[-12:]}, recorded {recorded[-12:]} in {self.path}; {versions}: {cause}); "
+                    "make them as the run's were, or pass data_check=problems to continue on these pixels")
             if self.writer:  # once per run, not once per DDP rank
-                print(f"rpm-train: note: continuing on other pixels of the same problems in {root} ({versions}); "
-                      f"recorded in {self.path} under data_changes", file=sys.stderr)
+                print(f"rpm-train: note: continuing on other pixels of the same problems in {root} ({versions}"
+                      f"{'; ' + cause if same_versions else ''}); recorded in {self.path} under data_changes",
+                      file=sys.stderr)
             self.progress.setdefault("data_changes", []).append(
                 {"slice": len(self.progress.get("slices", [])) + 1, "data_fingerprint": current,
                  "previous_fingerprint": recorded, "data_opencv": made, "previous_opencv": then,
@@ -316,12 +339,20 @@ class ProgressRecord:
 
     def unfinished(self, config: TrainConfig, stage: str, stages: dict[str, Any], began: float,
                    stop_requested: bool = False) -> dict[str, Any]:
-        """Record that the budget (or a stop request) ended this slice in ``stage``; return the unfinished result."""
+        """Record that the budget (or a stop request) ended this slice in ``stage``; return the unfinished result
+        (``made_progress``: whether this call trained a step or finished a stage, for the unfinished line)."""
+        def standing(slice_record: dict[str, Any]) -> Any:
+            return slice_record.get("ended_in"), slice_record.get("global_step")
+
+        previous = self.progress.get("slices") or []
+        before = standing(previous[-1]) if previous else None
         self._slice(stage, stages, began)
         self.write(stages, UNFINISHED)
+        made_progress = (standing(self.progress["slices"][-1]) != before if previous else
+                         any(s.get("completed") or s.get("global_step") for s in stages.values()))
         return {"status": UNFINISHED, "stage": stage, "global_step": stages.get(stage, {}).get("global_step"),
                 "run_dir": str(self.run_dir), "seconds": round(time.perf_counter() - began, 3),
-                "time_budget": config.time_budget, "stop_requested": stop_requested}
+                "time_budget": config.time_budget, "stop_requested": stop_requested, "made_progress": made_progress}
 
     def finish(self, stages: dict[str, Any], began: float) -> None:
         self._slice("end", stages, began)

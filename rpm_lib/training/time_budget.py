@@ -96,7 +96,12 @@ def describe_unfinished(metrics: dict[str, Any], time_budget: float | None, run_
     else:
         cause = f"the time budget ({time_budget:g} s)"
     step = "" if metrics.get("global_step") is None else f" after step {metrics['global_step']}"
-    return f"{cause} ended the run in {metrics.get('stage')}{step}"
+    stuck = ""
+    if metrics.get("made_progress") is False and not metrics.get("stop_requested") and time_budget is not None:
+        # A stage begins only with SAFETY_FACTOR x max(2 s, 5 % of the budget) left, after the start-up.
+        stuck = ("; this call trained no step (start-up and the time a stage needs to begin used the budget): "
+                 "give a larger time_budget")
+    return f"{cause} ended the run in {metrics.get('stage')}{step}{stuck}"
 
 
 def stage_start_seconds(deadline: Deadline) -> float:

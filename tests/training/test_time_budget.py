@@ -186,6 +186,23 @@ def test_only_the_writing_process_notes_a_run_going_on_with_other_pixels(
         assert capsys.readouterr().err.count("continuing on other pixels") == notes
 
 
+def test_a_refusal_of_other_pixels_blames_opencv_only_when_the_versions_differ(tmp_path: Path) -> None:
+    # Found by hostile testing: one edited byte of a cache was put down to "OpenCV versions" that were the same.
+    import rpm_lib.data.opencv_version as opencv_version
+    from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
+    from rpm_lib.training.run import ProgressRecord
+
+    cache, redrawn = _cache_and_redrawn_copy(tmp_path)
+    here = opencv_version.recorded(redrawn)
+    started = {"data_fingerprint": data_fingerprint(cache), "data_problems": problems_fingerprint(cache)}
+    for then, cause in ((here, "the same OpenCV versions made both, so something else changed the pixels"),
+                        ({"rendered": "0.0.1", "resized": "0.0.1"}, "OpenCV versions draw some edge pixels")):
+        record = ProgressRecord(tmp_path / "run", {**started, "data_opencv": then}, True, data_check="exact")
+        with pytest.raises(ConfigError) as refused:
+            record.check_data(redrawn)
+        assert cause in str(refused.value), str(refused.value)
+
+
 class _SlowSteps(L.Callback):
     """Makes every training step take ``seconds`` longer (a stand-in for a bigger model)."""
 
@@ -407,3 +424,50 @@ def test_the_unfinished_line_names_what_stopped_the_run() -> None:
     assert by_signal.startswith(f"a stop request (runs/a/{time_budget.STOP_FILE}, ")
     assert time_budget.describe_unfinished({"stage": "evaluation", "global_step": None}, None, "r").endswith(
         "ended the run in evaluation")  # no "after step None"
+    stuck = time_budget.describe_unfinished({**stopped, "made_progress": False}, 3.0, "runs/a")
+    assert stuck.endswith("this call trained no step (start-up and the time a stage needs to begin used the budget): "
+                          "give a larger time_budget")
+
+
+def test_a_call_that_trains_no_step_says_so(tmp_path: Path, fake_clock: Callable[[], None]) -> None:
+    # Found by hostile testing: time_budget=3 ended call after call "after step 0" without saying why.
+    fields = _fields("ce", tmp_path / "data")
+    fake_clock()  # every clock reading one second later: a stage needs 3 s left to begin
+    first = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=2.0, **fields))
+    assert first["status"] == "unfinished" and first["global_step"] == 0 and first["made_progress"] is False
+    again = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=2.0, resume=True, **fields))
+    assert again["global_step"] == 0 and again["made_progress"] is False
+    moved = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=12.0, resume=True, **fields))
+    assert moved["status"] == "unfinished" and moved["global_step"] > 0 and moved["made_progress"] is True
+    same_place = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=2.0, resume=True, **fields))
+    assert same_place["global_step"] == moved["global_step"] and same_place["made_progress"] is False
+
+
+def test_a_folder_in_the_place_of_the_stop_request_is_one_line(tiny_config: Callable[..., TrainConfig]) -> None:
+    config = tiny_config(setup="ce")
+    (Path(config.run_dir) / time_budget.STOP_FILE).mkdir(parents=True)
+    with pytest.raises(ConfigError, match=f"{time_budget.STOP_FILE} is a folder; remove it"):
+        train(config)
+
+
+def test_resuming_says_what_it_cannot_use(tmp_path: Path, fake_clock: Callable[[], None],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by hostile testing: both cases went on without a word.
+    fields = _fields("ce", tmp_path / "data")
+    fake_clock()
+    stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=12.0, **fields))
+    assert stopped["status"] == "unfinished" and stopped["global_step"] > 0
+    (tmp_path / "run" / "checkpoints" / "supervised" / "last.ckpt").unlink()
+    capsys.readouterr()
+    finished = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields))
+    assert finished["status"] == "finished"
+    assert (f"last.ckpt is missing, so stage supervised starts again at step 0 "
+            f"({tmp_path / 'run' / 'progress.json'} recorded step {stopped['global_step']})") in capsys.readouterr().err
+
+    # More epochs for a finished run: its results stay, and so does its config.yaml.
+    config_yaml = (tmp_path / "run" / "config.yaml").read_text()
+    again = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **{**fields, "max_epochs": 4}))
+    assert again == finished
+    err = capsys.readouterr().err
+    assert "is finished, so max_epochs 2 -> 4 changes nothing: its results stay those of metrics.json" in err, err
+    assert (tmp_path / "run" / "config.yaml").read_text() == config_yaml

@@ -134,3 +134,29 @@ def test_cli_print_config_applies_overrides(tmp_path: Path, capsys: pytest.Captu
 def test_cli_reports_a_bad_value(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--print-config", "lr=-1"]) == 2
     assert "'lr'" in capsys.readouterr().err
+
+
+def test_a_config_file_naming_a_field_twice_or_a_folder_is_one_line(tmp_path: Path) -> None:
+    # Found by hostile testing: PyYAML silently kept the second of two values; a folder "did not exist".
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("matmul_precision: high\nseed: 1\nmatmul_precision: medium\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml: not valid YAML: key 'matmul_precision' appears twice \(line 3\)"):
+        TrainConfig.from_yaml(twice)
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(ConfigError, match="folder.yaml is a folder, not a YAML file"):
+        TrainConfig.from_yaml(tmp_path / "folder.yaml")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("configurations: [Center]\nrule_spec: {a: 1, a: 2}\n")
+    with pytest.raises(ConfigError, match="key 'a' appears twice"):
+        TrainConfig.from_yaml(nested)
+
+
+def test_settings_that_change_nothing_are_named() -> None:
+    # Found by hostile testing: compile_scope=step without compile=true was accepted without a word.
+    assert TrainConfig().unused_settings() == []
+    assert TrainConfig(compile_scope="step", compile_mode="reduce-overhead").unused_settings() == [
+        "compile_scope=step and compile_mode=reduce-overhead take effect only with compile=true"]
+    on_cpu = TrainConfig(compile=True, compile_mode="reduce-overhead", accelerator="cpu")
+    assert on_cpu.unused_settings() == ["compile_mode=reduce-overhead replays CUDA graphs only on a CUDA GPU; here "
+                                        "the step is compiled without them"]
+    assert TrainConfig(compile=True, compile_scope="step").unused_settings() == []
