@@ -852,7 +852,8 @@ def build_state_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     pack = commands.add_parser("pack", help="pack the resumable state of every run under a folder")
     pack.add_argument("folder", help="a batch folder or one run folder")
-    pack.add_argument("--out", required=True, help="archive to write (.tar.gz)")
+    pack.add_argument("--out", required=True,
+                      help="archive to write (.tar.gz); replaces an archive written by pack, never another file")
     pack.add_argument("--keep-final-weights", action="store_true",
                       help="also keep finished runs' final weights (resuming never needs them)")
     pack.add_argument("--compact", action="store_true",
@@ -861,7 +862,9 @@ def build_state_parser() -> argparse.ArgumentParser:
     unpack = commands.add_parser("unpack", help="restore run folders from an archive")
     unpack.add_argument("archive", help="an archive written by rpm-batch pack")
     unpack.add_argument("--out", required=True, help="folder to restore into (the packed folder's place)")
-    unpack.add_argument("--overwrite", action="store_true", help="replace files that already exist")
+    unpack.add_argument("--overwrite", action="store_true",
+                        help="replace runs already there, each as a whole (their progress, results and checkpoints "
+                             "that the archive lacks are removed); a run that had gone further is named on stderr")
     progress = commands.add_parser("progress", help="print each run's status, epochs and validation accuracy")
     progress.add_argument("folder", help="a batch folder")
     progress.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
@@ -880,7 +883,9 @@ def state_main(argv: Sequence[str]) -> int:
             print(f"rpm-batch pack: {len(runs)} run(s) into {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
             print("\n".join(run_archive.describe(runs)))
         elif args.command == "unpack":
-            manifest = run_archive.unpack(args.archive, args.out, overwrite=args.overwrite)
+            manifest = run_archive.unpack(
+                args.archive, args.out, overwrite=args.overwrite,
+                warn=lambda line: print(f"rpm-batch unpack: warning: {line}", file=sys.stderr))
             print(f"rpm-batch unpack: {len(manifest['runs'])} run(s), {len(manifest['files'])} files into {args.out} "
                   f"(packed {manifest.get('created', '?')})")
         else:
@@ -893,6 +898,10 @@ def state_main(argv: Sequence[str]) -> int:
                 print(run_progress.progress_table(runs))
     except run_archive.ArchiveError as error:
         print(f"rpm-batch {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a file that cannot be read or written (permissions, a vanished run folder, ...)
+        print(f"rpm-batch {args.command}: error: {error.filename or args.command}: {error.strerror or error}",
+              file=sys.stderr)
         return 2
     return 0
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -62,13 +65,19 @@ def test_compact_packs_adam_moments_in_bfloat16_and_never_rounds_weights(tmp_pat
     assert last["state_dict"]["w"].dtype == torch.float32
 
 
-def _archive(path: Path, members: dict[str, bytes], manifest_files: dict | None = None,
-             extra: list[tarfile.TarInfo] = ()) -> Path:
-    files = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in members.items()}
-    manifest = {"format": run_archive.FORMAT, "version": run_archive.VERSION, "runs": [],
-                "files": files if manifest_files is None else manifest_files}
+def _archive(path: Path, members: dict[str, bytes] | list[tuple[str, bytes]], manifest_files: dict | None = None,
+             extra: list[tarfile.TarInfo] = (), runs: list | None = None, omit: str = "") -> Path:
+    """A gzip tar as pack writes it (manifest first, then the members), or altered: ``manifest_files`` / ``runs``
+    replace what the members imply (runs: each first path component); ``omit`` drops a manifest field."""
+    members = list(members.items()) if isinstance(members, dict) else members
+    files = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in members}
+    files = files if manifest_files is None else manifest_files
+    folders = sorted({name.split("/")[0] if "/" in name else "." for name in files})
+    manifest = {"format": run_archive.FORMAT, "version": run_archive.VERSION,
+                "runs": [{"path": f} for f in folders] if runs is None else runs, "files": files}
+    manifest.pop(omit, None)
     with tarfile.open(path, "w:gz") as archive:
-        for name, data in [(run_archive.MANIFEST, json.dumps(manifest).encode()), *members.items()]:
+        for name, data in [(run_archive.MANIFEST, json.dumps(manifest).encode()), *members]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
@@ -82,7 +91,7 @@ def _archive(path: Path, members: dict[str, bytes], manifest_files: dict | None 
     ({"/etc/config.yaml": b"x"}, [], "unsafe member name"),
     ({"run/evil.py": b"import os"}, [], "not a run-state file"),
     ({"run/checkpoints/pretrain/model.pkl": b"x"}, [], "not a run-state file"),
-    ({}, [tarfile.TarInfo("run/config.yaml")], "does not match its SHA-256"),
+    ({}, [tarfile.TarInfo("run/config.yaml")], "is not listed in rpm_state.json"),
 ])
 def test_unpack_refuses_unsafe_or_unexpected_members_and_writes_nothing(tmp_path: Path, members: dict[str, bytes],
                                                                        extra: list[tarfile.TarInfo],
@@ -99,10 +108,10 @@ def test_unpack_refuses_links_altered_members_and_other_files(tmp_path: Path) ->
     with pytest.raises(ArchiveError, match="not a regular file"):
         run_archive.unpack(_archive(tmp_path / "link.tar.gz", {}, {}, extra=[link]), tmp_path / "out")
     altered = _archive(tmp_path / "altered.tar.gz", {"run/config.yaml": b"seed: 1\n"},
-                       {"run/config.yaml": {"sha256": "0" * 64}})
+                       {"run/config.yaml": {"bytes": 8, "sha256": "0" * 64}})
     with pytest.raises(ArchiveError, match="does not match its SHA-256"):
         run_archive.unpack(altered, tmp_path / "out")
-    missing = _archive(tmp_path / "missing.tar.gz", {}, {"run/config.yaml": {"sha256": "0" * 64}})
+    missing = _archive(tmp_path / "missing.tar.gz", {}, {"run/config.yaml": {"bytes": 1, "sha256": "0" * 64}})
     with pytest.raises(ArchiveError, match="listed in rpm_state.json are missing"):
         run_archive.unpack(missing, tmp_path / "out")
     (tmp_path / "not.tar.gz").write_bytes(b"not an archive")
@@ -134,3 +143,300 @@ def test_progress_names_runs_that_went_on_with_other_pixels(tmp_path: Path, caps
     assert batch.main(["progress", str(tmp_path), "--json"]) == 0
     assert [run["data_changes"] for run in json.loads(capsys.readouterr().out)] == [0, 1]
 
+
+
+# ----------------------------------------------------------------------------------------------
+# a run killed before it could record its end (SIGKILL, the out-of-memory killer)
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny generated I-RAVEN (10 problems per configuration; under a second to make)."""
+    from rpm_lib.training.config import TrainConfig
+    from rpm_lib.training.generation import ensure_generated
+
+    root = tmp_path_factory.mktemp("tiny_iraven")
+    assert ensure_generated(TrainConfig(data_root=str(root), generate=True, generate_num_per_config=10,
+                                        generate_seed=3, progress_bar=False))
+    return root
+
+
+class _Killed(RuntimeError):
+    pass
+
+
+def _kill_in(stage: str) -> Any:
+    """A callback that stops training like SIGKILL would: after the first batch of ``stage``'s second epoch, with
+    nothing recorded (the first epoch's checkpoint is the resume point)."""
+    import lightning as L
+
+    class Kill(L.Callback):
+        def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
+            if pl_module.plan.name == stage and trainer.current_epoch == 1:
+                raise _Killed(stage)
+
+    return Kill()
+
+
+def _epochs_started() -> Any:
+    import lightning as L
+
+    class Log(L.Callback):
+        epochs: list[tuple[str, int]] = []
+
+        def on_train_epoch_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+            self.epochs.append((pl_module.plan.name, trainer.current_epoch))
+
+    return Log()
+
+
+def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in metrics.items() if k not in {"runtime_s", "stages", "git_commit", "config"}}
+    out["stages"] = [{k: v for k, v in s.items() if k not in ("wall_time_s", "val_seconds")} for s in metrics["stages"]]
+    return out
+
+
+@pytest.mark.parametrize(("setup", "stage"), [("ce_aux_sparse", "supervised"), ("mlcl", "linear")])
+def test_a_killed_run_is_packed_and_resumes_elsewhere_to_the_same_metrics(tiny_data: Path, tmp_path: Path,
+                                                                        setup: str, stage: str) -> None:
+    # ce_aux_sparse killed in its only stage has no progress.json at all; mlcl killed in linear has one that does
+    # not mention linear yet. Either way its last.ckpt is the resume point, which must travel.
+    from rpm_lib.training.config import TrainConfig
+    from rpm_lib.training.run import train
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # bit-reproducible
+    try:
+        fields = dict(data_root=str(tiny_data), setup=setup, encoder="scl", max_steps=-1, max_epochs=2,
+                      linear_eval_epochs=2, max_train_samples=8, batch_size=4, max_val_samples=4, max_test_samples=6,
+                      limit_val_batches=1.0, limit_test_batches=1.0, patience=5, progress_bar=False)
+        reference = train(TrainConfig(run_dir=str(tmp_path / "uninterrupted"), **fields))
+        killed = tmp_path / "batch" / "run"
+        with pytest.raises(_Killed):
+            train(TrainConfig(run_dir=str(killed), **fields), callbacks=[_kill_in(stage)])
+        assert (killed / "progress.json").exists() == (stage == "linear")
+        assert run_archive.find_runs(tmp_path / "batch") == [killed]
+        runs = run_archive.pack(killed, tmp_path / "state.tar.gz")
+        assert runs[0].status == "unfinished" and f"checkpoints/{stage}/last.ckpt" in runs[0].files
+        run_archive.unpack(tmp_path / "state.tar.gz", tmp_path / "elsewhere")
+        log = _epochs_started()
+        resumed = train(TrainConfig(run_dir=str(tmp_path / "elsewhere"), resume=True, **fields), callbacks=[log])
+        assert log.epochs == [(stage, 1)]  # continued from the packed checkpoint, not from the stage's start
+        assert _comparable(resumed) == _comparable(reference)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_skipped_stage_of_an_unfinished_run_packs(tmp_path: Path) -> None:
+    # max_total_epochs left linear no epochs, and the budget then stopped the run before its evaluation.
+    _fake_run(tmp_path / "run", "unfinished")
+    stages = {"pretrain": {"completed": True, "weights": "checkpoints/pretrain/best.ckpt"},
+              "linear": {"completed": True, "skipped": True, "epochs": 0, "global_step": 0}}
+    (tmp_path / "run" / "progress.json").write_text(json.dumps({"status": "unfinished", "stages": stages}))
+    runs = run_archive.pack(tmp_path / "run", tmp_path / "state.tar.gz")
+    assert sorted(runs[0].files) == ["checkpoints/pretrain/best.ckpt", "config.yaml", "history.csv", "progress.json"]
+
+
+# ----------------------------------------------------------------------------------------------
+# unpack: the whole archive checked before anything is written
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("members", "fields", "message"), [
+    ({"r/config.yaml": b"a", "r/config.yaml/progress.json": b"{}"}, {}, "lies below member 'r/config.yaml'"),
+    ({"r/config.yaml": b"a"}, {"omit": "runs"}, "'runs' must list each run folder"),
+    ({"r/config.yaml": b"a", "s/config.yaml": b"b"}, {"runs": [{"path": "r"}]}, "'runs' must list each run folder"),
+    ({"r/config.yaml": b"a"}, {"manifest_files": {"r/config.yaml": {"sha256": hashlib.sha256(b"a").hexdigest()}}},
+     'must be {"bytes"'),
+    ({"r/config.yaml": b"a"}, {"manifest_files": {"r/config.yaml": {"bytes": 1, "sha256": "x"}}}, "must be"),
+    ({"r/config.yaml": b"a"}, {"manifest_files": {"r/config.yaml": {"bytes": 2,
+                                                                    "sha256": hashlib.sha256(b"a").hexdigest()}}},
+     "is 1 bytes, rpm_state.json says 2"),
+    ([("r/config.yaml", b"a"), ("r/config.yaml", b"a")], {}, "appears twice"),
+    ({"r/./config.yaml": b"a"}, {}, "unsafe member name"),
+    ({"r//config.yaml": b"a"}, {}, "unsafe member name"),
+])
+def test_unpack_refuses_a_malformed_archive_before_writing(tmp_path: Path, members: Any, fields: dict[str, Any],
+                                                           message: str) -> None:
+    source = _archive(tmp_path / "bad.tar.gz", members, **fields)
+    with pytest.raises(ArchiveError, match=re.escape(message)):
+        run_archive.unpack(source, tmp_path / "out", overwrite=True)
+    assert not (tmp_path / "out").exists()
+
+
+def test_unpack_caps_the_total_size_before_reading_data_and_streams_members(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # 2 x 600 declared bytes over a cap of 1000: refused from the manifest, before the (altered) data are read.
+    altered = {f"r{i}/config.yaml": {"bytes": 600, "sha256": "0" * 64} for i in range(2)}
+    source = _archive(tmp_path / "big.tar.gz", {f"r{i}/config.yaml": bytes(600) for i in range(2)}, altered)
+    monkeypatch.setattr(run_archive, "MAX_TOTAL_BYTES", 1000)
+    with pytest.raises(ArchiveError, match="hold 1200 bytes"):
+        run_archive.unpack(source, tmp_path / "out")
+    monkeypatch.undo()
+    # Nor more than the disk has free.
+    source = _archive(tmp_path / "fits.tar.gz", {"r/config.yaml": b"a"})
+    monkeypatch.setattr(run_archive.shutil, "disk_usage", lambda path: SimpleNamespace(total=1, used=1, free=0))
+    with pytest.raises(ArchiveError, match="need 0.00 GB, the disk has 0.00 GB free; nothing written"):
+        run_archive.unpack(source, tmp_path / "out")
+    monkeypatch.undo()
+    # A member is hashed and written in chunks, never held whole.
+    import tracemalloc
+
+    data = bytes(32 << 20)
+    source = _archive(tmp_path / "zeros.tar.gz", {"r/config.yaml": b"a", "r/checkpoints/pretrain/last.ckpt": data})
+    tracemalloc.start()
+    try:
+        run_archive.unpack(source, tmp_path / "out")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    written = tmp_path / "out" / "r" / "checkpoints" / "pretrain" / "last.ckpt"
+    assert peak < 8 << 20 and written.stat().st_size == len(data)
+    # Nor a header extension that tarfile reads whole (a GNU long name of 32 MB here).
+    longname = tarfile.TarInfo("././@LongLink")
+    longname.type, longname.size = tarfile.GNUTYPE_LONGNAME, len(data)
+    source = _archive(tmp_path / "long.tar.gz", {"r/config.yaml": b""})
+    with tarfile.open(source) as archive:
+        manifest = archive.extractfile(run_archive.MANIFEST).read()
+    with tarfile.open(source, "w:gz") as archive:  # rewritten: the manifest, the long name, the member
+        info = tarfile.TarInfo(run_archive.MANIFEST)
+        info.size = len(manifest)
+        archive.addfile(info, io.BytesIO(manifest))
+        archive.addfile(longname, io.BytesIO(data))
+        archive.addfile(tarfile.TarInfo("r/config.yaml"), io.BytesIO())
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveError, match="header extension of 33554432 bytes"):
+            run_archive.unpack(source, tmp_path / "out2")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20 and not (tmp_path / "out2").exists()
+
+
+def test_unpack_refuses_an_archive_whose_manifest_is_not_first(tmp_path: Path) -> None:
+    source = tmp_path / "late.tar.gz"
+    with tarfile.open(source, "w:gz") as archive:
+        for name, data in (("r/config.yaml", b"a"), (run_archive.MANIFEST, b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with pytest.raises(ArchiveError, match="does not begin with a readable rpm_state.json"):
+        run_archive.unpack(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unpack_refuses_places_taken_by_other_things_and_writes_nothing(tmp_path: Path) -> None:
+    source = _archive(tmp_path / "s.tar.gz", {"r/config.yaml": b"a", "r/checkpoints/linear/last.ckpt": b"w"})
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ArchiveError, match="exists and is not a folder; --out names the folder"):
+        run_archive.unpack(source, tmp_path / "file")
+    (tmp_path / "a" / "r" / "config.yaml").mkdir(parents=True)
+    with pytest.raises(ArchiveError, match="config.yaml exists and is not a regular file"):
+        run_archive.unpack(source, tmp_path / "a", overwrite=True)
+    (tmp_path / "b" / "r").mkdir(parents=True)
+    (tmp_path / "b" / "r" / "checkpoints").write_text("mine")
+    with pytest.raises(ArchiveError, match="checkpoints exists and is not a folder"):
+        run_archive.unpack(source, tmp_path / "b", overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "a").rglob("*")) == ["config.yaml", "r"]
+    assert sorted(p.name for p in (tmp_path / "b").rglob("*")) == ["checkpoints", "r"]
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def _finish(run_dir: Path) -> None:
+    """What a later slice adds to a run of :func:`_fake_run`: more history, and its end."""
+    (run_dir / "history.csv").write_text("stage,epoch\npretrain,0\nlinear,0\nlinear,1\n")
+    progress = json.loads((run_dir / "progress.json").read_text())
+    progress["status"] = "finished"
+    progress["stages"]["linear"].update(completed=True, global_step=8)
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    (run_dir / "metrics.json").write_text('{"test_accuracy": 0.5}')
+    (run_dir / "predictions.npz").write_bytes(b"npz")
+    (run_dir / "predictions_other.npz").write_bytes(b"npz")
+
+
+def test_overwrite_replaces_a_run_as_a_whole_and_names_one_that_had_gone_further(tmp_path: Path) -> None:
+    run, other = tmp_path / "batch" / "a", tmp_path / "batch" / "b"
+    _fake_run(run, "unfinished")
+    run_archive.pack(tmp_path / "batch", tmp_path / "old.tar.gz")
+    history = (run / "history.csv").read_text()
+    _finish(run)
+    _fake_run(other, "finished")  # a run the archive does not name
+    with pytest.raises(ArchiveError, match="exists; unpack into an empty folder or pass --overwrite"):
+        run_archive.unpack(tmp_path / "old.tar.gz", tmp_path / "batch")
+    warnings: list[str] = []
+    run_archive.unpack(tmp_path / "old.tar.gz", tmp_path / "batch", overwrite=True, warn=warnings.append)
+    assert len(warnings) == 1 and warnings[0].startswith(f"{run}: the run here had gone further (finished")
+    assert "than the archive's (unfinished" in warnings[0]
+    assert (run / "history.csv").read_text() == history
+    assert json.loads((run / "progress.json").read_text())["status"] == "unfinished"
+    # Nothing of the finished state survives to contradict the restored one; notebooks and other runs stay.
+    assert not any((run / name).exists() for name in ("metrics.json", "predictions.npz", "predictions_other.npz"))
+    assert not (run / "checkpoints" / "pretrain" / "last.ckpt").exists()  # not part of the packed state
+    assert (run / "checkpoints" / "linear" / "last.ckpt").is_file() and (run / "03_train.ipynb").is_file()
+    assert (other / "metrics.json").is_file() and (other / "checkpoints" / "linear" / "best.ckpt").is_file()
+    assert not list(tmp_path.rglob("*partial*"))
+
+
+def test_overwrite_without_a_stale_file_asks_and_an_identical_state_keeps_final_weights(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _fake_run(run, "finished")
+    run_archive.pack(run, tmp_path / "state.tar.gz")
+    # A folder that holds only a result of another run: restoring beside it would leave the two mixed.
+    (tmp_path / "stale").mkdir()
+    (tmp_path / "stale" / "metrics.json").write_text("{}")
+    with pytest.raises(ArchiveError, match="metrics.json exists; unpack into an empty folder"):
+        run_archive.unpack(tmp_path / "state.tar.gz", tmp_path / "stale")
+    # The campaign unpacks the state it has just packed over the same folder: the final weights stay.
+    warnings: list[str] = []
+    run_archive.unpack(tmp_path / "state.tar.gz", run, overwrite=True, warn=warnings.append)
+    assert warnings == [] and (run / "checkpoints" / "linear" / "best.ckpt").is_file()
+
+
+# ----------------------------------------------------------------------------------------------
+# the command line: one line, exit 2, nothing left behind
+# ----------------------------------------------------------------------------------------------
+def _one_error_line(capsys: pytest.CaptureFixture[str], command: str, names: Path) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rpm-batch {command}: error: ") and str(names) in err[0], err
+    return err[0]
+
+
+def test_pack_out_must_be_a_writable_file_and_replaces_only_its_own_archives(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _fake_run(tmp_path / "run", "finished")
+    (tmp_path / "folder").mkdir()
+    assert batch.main(["pack", str(tmp_path / "run"), "--out", str(tmp_path / "folder")]) == 2
+    _one_error_line(capsys, "pack", tmp_path / "folder")
+    assert list((tmp_path / "folder").iterdir()) == [] and not list(tmp_path.glob(".*partial"))
+    (tmp_path / "a_file").write_text("x")
+    out = tmp_path / "a_file" / "s.tar.gz"  # its folder cannot be made (like /proc/s.tar.gz)
+    assert batch.main(["pack", str(tmp_path / "run"), "--out", str(out)]) == 2
+    _one_error_line(capsys, "pack", out)
+    (tmp_path / "notes.txt").write_text("mine")
+    assert batch.main(["pack", str(tmp_path / "run"), "--out", str(tmp_path / "notes.txt")]) == 2
+    assert "is not an archive written by rpm-batch pack" in _one_error_line(capsys, "pack", tmp_path / "notes.txt")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    for _ in range(2):  # re-packing over its own archive is the campaign's every slice
+        assert batch.main(["pack", str(tmp_path / "run"), "--out", str(tmp_path / "s.tar.gz")]) == 0
+    assert run_archive.read_manifest(tmp_path / "s.tar.gz")["runs"][0]["path"] == "."
+    assert not list(tmp_path.rglob("*partial*"))
+
+
+def test_unpack_cli_one_line_for_foreign_files_and_a_warning_line_for_rollbacks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import zipfile
+
+    (tmp_path / "empty.tar.gz").write_bytes(b"")
+    (tmp_path / "random.tar.gz").write_bytes(bytes(range(256)) * 8)
+    with zipfile.ZipFile(tmp_path / "zip.tar.gz", "w") as archive:
+        archive.writestr("config.yaml", "a")
+    for name in ("empty.tar.gz", "random.tar.gz", "zip.tar.gz"):
+        assert batch.main(["unpack", str(tmp_path / name), "--out", str(tmp_path / "o")]) == 2
+        _one_error_line(capsys, "unpack", tmp_path / name)
+    _fake_run(tmp_path / "run", "unfinished")
+    assert batch.main(["pack", str(tmp_path / "run"), "--out", str(tmp_path / "s.tar.gz")]) == 0
+    assert batch.main(["unpack", str(tmp_path / "s.tar.gz"), "--out", str(tmp_path / "s.tar.gz")]) == 2
+    _one_error_line(capsys, "unpack", tmp_path / "s.tar.gz")
+    assert not (tmp_path / "o").exists()
+    _finish(tmp_path / "run")
+    assert batch.main(["unpack", str(tmp_path / "s.tar.gz"), "--out", str(tmp_path / "run"), "--overwrite"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rpm-batch unpack: warning: {tmp_path / 'run'}: the run here had gone")
