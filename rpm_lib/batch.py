@@ -68,6 +68,7 @@ import dataclasses
 import difflib
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import re
@@ -258,10 +259,14 @@ def load_batch_config(path: str | Path) -> BatchConfig:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"batch config {path} not found")
+    from rpm_lib.typed_values import load_yaml_file_text, yaml_problem
+
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml_file_text(path.read_text())
     except yaml.YAMLError as exc:
-        raise _fail(path, f"not valid YAML ({exc})") from exc
+        raise _fail(path, yaml_problem(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise _fail(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     if not isinstance(raw, Mapping):
         raise _fail(path, "top level must be a mapping")
     known = {"name", "template", "then", "report", "out", "kernel", "execution_timeout", "fixed", "grids", "axes",
@@ -366,6 +371,8 @@ def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
         selected = [known[g] for g in grids]
     else:
         selected = [g for g in config.grids if g.default]
+        if not selected:
+            raise _fail(config.path, f"no grid has 'default: true'; name one with --grid ({', '.join(known)})")
     specs: list[RunSpec] = []
     for grid in selected:
         axis_names = list(grid.axes)
@@ -387,34 +394,52 @@ def expand_grid(config: BatchConfig, grids: Sequence[str] | None = None,
     return specs
 
 
-def notebook_parameters(path: Path) -> set[str]:
-    """Names papermill can set in ``path`` (its cell tagged ``parameters``, read by ``papermill.inspect_notebook``).
+def notebook_parameters(path: Path) -> dict[str, Any]:
+    """The parameters papermill can set in ``path`` (its cell tagged ``parameters``), each with the annotation the
+    notebook holds its values to: for a template that checks them (``rpm_lib.notebook.check_parameters``), what
+    :func:`rpm_lib.typed_values.annotation_from_text` reads; otherwise (and for annotations it does not read)
+    None, since the notebook takes whatever it is given.
 
     Raises:
         BatchConfigError: the notebook has no such cell.
     """
+    import nbformat
     import papermill
 
-    names = set(papermill.inspect_notebook(str(path)))
-    if not names:
+    from rpm_lib.typed_values import annotation_from_text
+
+    found = papermill.inspect_notebook(str(path))
+    if not found:
         raise BatchConfigError(f"{path}: no cell tagged 'parameters', so no parameter can be set")
-    return names
+    checked = any("check_parameters(globals()" in cell.source for cell in nbformat.read(path, as_version=4).cells
+                  if cell.cell_type == "code")
+    return {name: annotation_from_text(str(info.get("inferred_type_name") or "")) if checked else None
+            for name, info in found.items()}
 
 
 def check_parameters(config: BatchConfig, specs: Sequence[RunSpec]) -> None:
-    """Every parameter a run sets must be a parameter of the template; a misspelling would otherwise run with
-    the default silently.
+    """Every parameter a run sets must be a parameter of the template, of the type its ``parameters`` cell
+    declares: a misspelling would otherwise run with the default silently, and a wrong type would fail each run
+    only after its kernel started.
 
     Raises:
         BatchConfigError: naming the YAML, the grid, the parameter, the likely intended name and the template.
     """
+    from rpm_lib.typed_values import coerce
+
     known = notebook_parameters(config.template)
     for spec in specs:
-        for name in spec.parameters:
+        for name, value in spec.parameters.items():
             if name not in known:
                 close = difflib.get_close_matches(name, sorted(known), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise _fail(config.path, f"grid {spec.grid}: {name!r} is not a parameter of {config.template}{hint}")
+            if known[name] is not None:
+                try:
+                    # non-finite floats: the template's own call decides (its non_finite=...)
+                    coerce(name, value, known[name], what="parameter", allow_non_finite=True)
+                except ValueError as error:
+                    raise _fail(config.path, f"grid {spec.grid}, run {spec.name}: {error}") from None
 
 
 def run_dir_of(out: Path, spec: RunSpec) -> Path:
@@ -588,7 +613,7 @@ def _watcher(config: BatchConfig, todo: Sequence[tuple[RunSpec, Path]], log: Cal
     when the template is a training notebook (every TrainConfig field a parameter, as ``03_train``)."""
     from rpm_lib.training.config import TrainConfig
 
-    training = set(TrainConfig.field_names()) <= notebook_parameters(config.template)
+    training = set(TrainConfig.field_names()) <= set(notebook_parameters(config.template))
     planned = {f"{s.grid}/{s.name}": stage_epochs(s.parameters) if training else None for s, _ in todo}
     views = {f"{s.grid}/{s.name}": stage_views(s.parameters) if training else None for s, _ in todo}
     return LiveProgress([(f"{s.grid}/{s.name}", d) for s, d in todo], log, stall_s=60.0 * stall_minutes,
@@ -633,8 +658,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    if time_budget is not None and not time_budget > 0:
-        raise BatchConfigError(f"--time-budget must be a positive number of seconds, got {time_budget}")
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
+        raise BatchConfigError(f"--time-budget must be a positive, finite number of seconds, got {time_budget}")
     if not stall_minutes > 0:
         raise BatchConfigError(f"--stall-minutes must be a positive number of minutes, got {stall_minutes}")
     deadline = None if time_budget is None else (time.time() + time_budget, float(time_budget))
@@ -960,10 +985,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("a batch YAML is required (or --gather BATCH_DIR)")
+    devices = args.cuda_devices.split(",") if args.cuda_devices else None
+    if devices is not None and not all(d.strip() for d in devices):
+        parser.error(f"--cuda-devices: an empty GPU id in {args.cuda_devices!r} (e.g. 0,1,2,3)")
     try:
         results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
                             overrides=dict(args.overrides),
-                            cuda_devices=args.cuda_devices.split(",") if args.cuda_devices else None,
+                            cuda_devices=[d.strip() for d in devices] if devices else None,
                             time_budget=args.time_budget, workers_per_run=args.workers_per_run,
                             executor=args.executor, slurm=dict(args.slurm), wait=args.wait,
                             live=not args.quiet, stall_minutes=args.stall_minutes)

@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(error))
     except Exception as error:  # not a notebook: nbformat / JSON errors
         return _fail(f"{args.template}: not a readable notebook ({type(error).__name__}: {error})")
-    unknown = sorted(set(parameters) - known)
+    unknown = sorted(set(parameters) - set(known))
     if unknown:
         hints = [f"{name!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(
             name, sorted(known), n=1)) else "") for name in unknown]

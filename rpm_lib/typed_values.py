@@ -80,6 +80,38 @@ def yaml_problem(error: yaml.YAMLError) -> str:
     return f"not valid YAML: {context + ', ' if context else ''}{problem}"
 
 
+#: The names an annotation read back from text may use (see :func:`annotation_from_text`).
+_ANNOTATION_NAMES: dict[str, Any] = {"bool": bool, "int": int, "float": float, "str": str, "list": list, "dict": dict,
+                                     "None": type(None), "Any": Any, "Optional": typing.Optional, "Union": Union}
+
+
+def annotation_from_text(text: str) -> Any | None:
+    """The annotation that ``text`` spells (``"Optional[list[str]]"``, ``"int | None"``; papermill reads a
+    ``parameters`` cell's annotations as text), or None when it uses anything but the supported types above.
+
+    Parsed, not evaluated: a template's text never runs here.
+    """
+    import ast
+
+    def resolve(node: ast.AST) -> Any:
+        if isinstance(node, ast.Name):
+            return _ANNOTATION_NAMES[node.id]
+        if isinstance(node, ast.Constant) and node.value is None:
+            return type(None)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return Union[resolve(node.left), resolve(node.right)]
+        if isinstance(node, ast.Subscript):
+            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            arguments = tuple(resolve(element) for element in inner)
+            return resolve(node.value)[arguments if len(arguments) > 1 else arguments[0]]
+        raise ValueError(ast.dump(node))
+
+    try:
+        return resolve(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, KeyError, TypeError):
+        return None
+
+
 def type_name(tp: Any) -> str:
     """``list[str]``, ``Optional[int]``, ``null``: an annotation as a user reads it."""
     if tp is type(None):

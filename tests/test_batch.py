@@ -284,6 +284,7 @@ def test_execution_timeout_is_opt_in_and_a_timed_out_run_fails_without_a_retry(t
 @pytest.mark.parametrize("argv, message", [
     (["configs/demo.yaml", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["--gather", "no/such/batch"], "--gather: batch folder no/such/batch does not exist"),
+    (["configs/demo.yaml", "--cuda-devices", ",,"], "--cuda-devices: an empty GPU id in ',,' (e.g. 0,1,2,3)"),
 ])
 def test_hostile_cli_arguments_get_one_line_and_exit_2(argv, message, capsys):
     from rpm_lib.batch import main
@@ -304,6 +305,62 @@ def test_a_misspelled_parameter_is_refused_before_anything_runs(tmp_path):
                                                      r"03_train.ipynb \(did you mean 'batch_size'\?\)"):
         batch.run_batch(config, dry_run=True, quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_parameter_of_the_wrong_type_is_refused_before_anything_runs(tmp_path, capsys):
+    # Found by hostile testing: `--set max_epochs=abc` planned fine and failed every run after its kernel started.
+    template = Path(__file__).resolve().parents[1] / "notebooks" / "03_train.ipynb"
+    config = tmp_path / "types.yaml"
+    config.write_text(json.dumps({"name": "types", "template": str(template), "out": str(tmp_path / "out"),
+                                  "fixed": {"batch_size": 4}, "grids": [{"name": "main", "axes": {"seed": [0]}}]}))
+    for override, expected in ((["--set", "max_epochs=abc"], "parameter 'max_epochs': expected int, got 'abc'"),
+                               (["--set", "configurations=3"], "parameter 'configurations': expected "
+                                                               "Optional[list[str]], got 3")):
+        assert batch.main([str(config), "--dry-run", *override]) == 2
+        err = capsys.readouterr().err
+        assert f"types.yaml: grid main, run seed-0: {expected}" in err and err.count("\n") == 1, err
+    assert batch.main([str(config), "--dry-run", "--set", "max_epochs=7", "--set", "lr=1e-3"]) == 0
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["int", "Optional[list[str]]", "Union[int, float]", "int | None",
+                                  "Union[int, str, list[int]]", "dict", "Optional[float]"])
+def test_annotations_read_back_from_papermill_text_are_the_types(text):
+    from typing import Optional, Union  # noqa: F401 - named by the texts
+
+    from rpm_lib.typed_values import annotation_from_text
+
+    assert annotation_from_text(text) == eval(text)  # noqa: S307 - the test's own constants
+
+
+def test_an_annotation_text_that_is_not_a_plain_type_is_left_unchecked():
+    from rpm_lib.typed_values import annotation_from_text
+
+    for text in ("", "np.ndarray", "__import__('os').system('x')", "list[", "Callable[[int], int]"):
+        assert annotation_from_text(text) is None
+
+
+def test_a_batch_yaml_without_a_default_grid_or_with_broken_yaml_is_one_line(tmp_path, fake_templates, capsys):
+    train, _ = fake_templates
+    nothing = _write_config(tmp_path / "nothing.yaml", f"template: {train}\ngrids:\n"
+                                                       "  - {name: a, default: false, axes: {seed: [0]}}\n")
+    with pytest.raises(batch.BatchConfigError, match="nothing.yaml: no grid has 'default: true'; name one with "
+                                                     "--grid \\(a\\)"):
+        batch.expand_grid(batch.load_batch_config(nothing))
+    broken = _write_config(tmp_path / "broken.yaml", "template: [unclosed\n")
+    twice = _write_config(tmp_path / "twice.yaml", f"template: {train}\naxes: {{seed: [0]}}\naxes: {{seed: [1]}}\n")
+    for path, expected in ((broken, "not valid YAML"), (twice, "key 'axes' appears twice (line 3)")):
+        assert batch.main([str(path), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("\n") == 1, err
+
+
+def test_a_time_budget_that_never_ends_is_refused(tmp_path, fake_templates):
+    train, _ = fake_templates
+    config = _write_config(tmp_path / "b.yaml", f"template: {train}\naxes: {{seed: [0]}}\n")
+    with pytest.raises(batch.BatchConfigError, match="--time-budget must be a positive, finite number of seconds, "
+                                                     "got inf"):
+        batch.run_batch(config, time_budget=float("inf"), dry_run=True, quiet=True)
 
 
 # ----------------------------------------------------------------------------------------------
