@@ -65,8 +65,13 @@ def stop_on_signals(stop_file: Path, interactive: bool = False, program: str = "
         yield
         return
     requested: list[int] = []
+    owner = os.getpid()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            # A forked DataLoader worker inherits this handler, and a terminal's Ctrl-C (or SLURM) signals it too:
+            # it ignores the signal and keeps serving batches; the run's own process stops the run.
+            return
         if signum == signal.SIGINT and signal.SIGINT in requested:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise Interrupted(f"{program}: stopped at once by a second Ctrl-C")

@@ -471,3 +471,26 @@ def test_resuming_says_what_it_cannot_use(tmp_path: Path, fake_clock: Callable[[
     err = capsys.readouterr().err
     assert "is finished, so max_epochs 2 -> 4 changes nothing: its results stay those of metrics.json" in err, err
     assert (tmp_path / "run" / "config.yaml").read_text() == config_yaml
+
+
+def test_a_forked_loader_worker_ignores_the_runs_signals(tmp_path: Path, ctrl_c_raises: None) -> None:
+    # Found on the way: Ctrl-C in a terminal reaches the DataLoader workers too, which inherit the handler; each
+    # printed the line, and a second Ctrl-C ended them, so the loader's teardown raised "worker exited unexpectedly".
+    from rpm_lib.training.stop_signals import stop_on_signals
+
+    stop_file = tmp_path / time_budget.STOP_FILE
+    with stop_on_signals(stop_file, interactive=True):
+        child = os.fork()
+        if child == 0:  # the worker: two Ctrl-C, then say whether anything happened
+            code = 0
+            try:
+                for _ in range(2):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.05)
+                code = 3 if stop_file.exists() else 0
+            except BaseException:  # noqa: BLE001 - any exception in the worker is the failure
+                code = 4
+            os._exit(code)
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the worker reacted to the run's signal"
+    assert not stop_file.exists()
