@@ -106,14 +106,16 @@ def record(files_at: Path) -> dict:
         return _record(files_at, slice_reports(files_at, Path(folder)))
 
 
-def _report(path: Path, kind: type) -> object:
-    """The JSON ``kind`` (dict or list) in the slice's report ``path``; a damaged one ends the script in one line."""
+def _report(path: Path, kind: type, files_at: Path) -> object:
+    """The JSON ``kind`` (dict or list) in the slice's report ``path``; a damaged one ends the script in one line
+    naming it as the slice returned it (in ``files_at``, loose or inside ``slice.tar.gz``)."""
+    shown = files_at / path.name if (files_at / path.name).is_file() else files_at / "slice.tar.gz" / path.name
     try:
         value = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as error:
-        raise SystemExit(f"campaign_record: error: {path.name}: not JSON ({error}); nothing recorded") from None
+        raise SystemExit(f"campaign_record: error: {shown}: not JSON ({error}); nothing recorded") from None
     if not isinstance(value, kind):
-        raise SystemExit(f"campaign_record: error: {path.name}: expected a JSON {kind.__name__}; nothing recorded")
+        raise SystemExit(f"campaign_record: error: {shown}: expected a JSON {kind.__name__}; nothing recorded")
     return value
 
 
@@ -132,11 +134,11 @@ def _record(files_at: Path, reports: Path) -> dict:
         if not (reports / name).is_file():
             raise SystemExit(f"campaign_record: error: {name} is missing from {files_at / 'slice.tar.gz'} and "
                              f"{files_at} (did the slice finish?)")
-    info = _report(reports / "slice.json", dict)
+    info = _report(reports / "slice.json", dict, files_at)
     missing = [field for field in SLICE_FIELDS if field not in info]
     if missing:
         raise SystemExit(f"campaign_record: error: slice.json lacks {', '.join(missing)}; nothing recorded")
-    runs = _report(reports / "progress.json", list)
+    runs = _report(reports / "progress.json", list, files_at)
     previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
     with tempfile.TemporaryDirectory() as folder:
         joined = Path(folder) / "state.tar.gz"
@@ -155,7 +157,7 @@ def _record(files_at: Path, reports: Path) -> dict:
             run_archive.unpack(joined, Path(folder) / "check")
         except run_archive.ArchiveError as error:
             source = parts[0].parent / "state.tar.gz.part*" if parts else state
-            reason = " ".join(str(error).split())
+            reason = " ".join(str(error).replace(f"{joined}: ", "").split())  # the joined copy is ours, not theirs
             raise SystemExit(f"campaign_record: error: {source}: {reason}; nothing recorded") from None
         RESULTS.mkdir(parents=True, exist_ok=True)
         stored = RESULTS / "state.tar.gz"

@@ -340,7 +340,8 @@ class TrainConfig:
             changed = [f"{name}={getattr(self, name)}" for name in ("compile_scope", "compile_mode")
                        if getattr(self, name) != defaults[name]]
             if changed:
-                notes.append(f"{' and '.join(changed)} take effect only with compile=true")
+                notes.append(f"{' and '.join(changed)} {'takes' if len(changed) == 1 else 'take'} effect only with "
+                             "compile=true")
         elif self.compile_mode == "reduce-overhead" and not self.trains_on_cuda:
             notes.append("compile_mode=reduce-overhead replays CUDA graphs only on a CUDA GPU; here the step is "
                          "compiled without them")

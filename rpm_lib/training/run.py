@@ -699,6 +699,8 @@ def _launch_rank() -> int:
 
 
 def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"config field 'run_dir': {run_dir} is a file, not a folder")
     present = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
     present += sorted(p.name for p in run_dir.glob(EXTRA_PREDICTIONS_GLOB)) if run_dir.is_dir() else []
     if present and not config.resume:
@@ -725,7 +727,10 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
             raise ConfigError(f"resume: {run_dir}/progress.json records no data fingerprint, so data_root cannot "
                               f"move ({previous.get('data_root')} -> {current['data_root']}); resume with the "
                               "original data_root")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"config field 'run_dir': cannot make the folder {run_dir} ({error.strerror})") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -494,3 +494,12 @@ def test_a_forked_loader_worker_ignores_the_runs_signals(tmp_path: Path, ctrl_c_
         _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the worker reacted to the run's signal"
     assert not stop_file.exists()
+
+
+def test_a_run_dir_that_cannot_be_a_folder_is_one_line(tiny_config: Callable[..., TrainConfig], tmp_path: Path) -> None:
+    # Found by hostile testing: run_dir=/proc/x and run_dir=<a file> gave tracebacks.
+    (tmp_path / "a_file").write_text("x")
+    for run_dir, expected in ((tmp_path / "a_file", "is a file, not a folder"),
+                              (tmp_path / "a_file" / "run", "cannot make the folder")):
+        with pytest.raises(ConfigError, match=f"config field 'run_dir': .*{expected}"):
+            train(tiny_config(setup="ce", run_dir=str(run_dir)))

@@ -156,6 +156,8 @@ def test_settings_that_change_nothing_are_named() -> None:
     assert TrainConfig().unused_settings() == []
     assert TrainConfig(compile_scope="step", compile_mode="reduce-overhead").unused_settings() == [
         "compile_scope=step and compile_mode=reduce-overhead take effect only with compile=true"]
+    assert TrainConfig(compile_scope="step").unused_settings() == [
+        "compile_scope=step takes effect only with compile=true"]
     on_cpu = TrainConfig(compile=True, compile_mode="reduce-overhead", accelerator="cpu")
     assert on_cpu.unused_settings() == ["compile_mode=reduce-overhead replays CUDA graphs only on a CUDA GPU; here "
                                         "the step is compiled without them"]
