@@ -55,7 +55,7 @@ from typing import IO, Any
 
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object, read_object_or_empty
-from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights
+from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights, weights_record
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.setups import STAGES
 
@@ -178,7 +178,7 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
         if keep_final_weights and stages:
             final = recorded_weights(run_dir, list(stages.values())[-1].get("weights"))
             if final is not None and final.is_file():
-                members.append((final.relative_to(run_dir.resolve()).as_posix(), _weights_only(final)))
+                members.append((weights_record(run_dir, final), _weights_only(final)))
         return members
     completed = set()
     for name, summary in stages.items():
@@ -193,7 +193,7 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
         if weights is None or not weights.is_file():
             raise ArchiveError(f"{run_dir}: finished stage {name} names weights {summary.get('weights')!r}, "
                                "which are missing or outside the run folder")
-        members.append((weights.relative_to(run_dir.resolve()).as_posix(), _weights_only(weights)))
+        members.append((weights_record(run_dir, weights), _weights_only(weights)))
     # The stage in progress: the one progress.json marks unfinished (a time budget stopped it) or, in a killed run,
     # one it has no entry for yet (progress.json is written when a stage ends): its checkpoints are the resume point.
     for name in STAGES:

@@ -9,7 +9,7 @@ Which signals:
 * inside a SLURM job (``SLURM_JOB_ID``): SIGUSR2 (``--signal=USR2@N`` before the time limit) and SIGTERM
   (preemption, the limit), in any process that calls ``train``, a notebook kernel included;
 * in ``rpm-train`` (``interactive=True``): SIGTERM (``kill``, a process manager, a container stopping) and SIGINT
-  (Ctrl-C). A second SIGINT stops at once (``KeyboardInterrupt``), keeping the last epoch's checkpoint.
+  (Ctrl-C). A second SIGINT stops at once (:class:`Interrupted`), keeping the last epoch's checkpoint.
 
 Lightning 2.6 installs its own SIGTERM handler when ``Trainer.fit`` starts: it calls the handler it finds, then
 ends the process with ``SIGTERMException`` after the batch in progress, a ``SystemExit`` with status 0, the status
