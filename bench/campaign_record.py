@@ -12,11 +12,13 @@
 * ``results/table1_scl_gpu/progress.md`` and ``table1.md`` are replaced by the slice's;
 * the per-slice table of ``docs/reproduction-gpu.md`` (between its ``slices`` markers) is rewritten from
   ``slices.jsonl``, and, once runs have finished, its Table 1 section (between the ``table1`` markers) from the
-  unpacked state with ``rpm_lib.claims`` verdicts.
+  unpacked state with ``rpm_lib.claims`` verdicts;
+* ``results/table1_scl_gpu/progress.png`` is drawn from the state: each run's validation accuracy over its epochs,
+  the paper's Table 1 average dashed.
 
 It ends with a line on what the next slice's device call will carry (the state, the wheels, the rest of the
 repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit. Then commit ``results/`` and
-``docs/``. ``--check`` only re-renders the document from what is committed.
+``docs/``. ``--check`` only re-renders the document and the figure from what is committed.
 """
 from __future__ import annotations
 
@@ -31,10 +33,14 @@ import tempfile
 import zlib
 from pathlib import Path
 
+from rpm_lib.cli_parser import OneLineArgumentParser
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "table1_scl_gpu"
 DOC = REPO / "docs" / "reproduction-gpu.md"
 SLICES = RESULTS / "slices.jsonl"
+#: The figure drawn into ``RESULTS`` (see ``render_figure``).
+FIGURE_NAME = "progress.png"
 
 
 def gpu_utilisation(path: Path) -> float | None:
@@ -238,6 +244,23 @@ def _replace_between(text: str, marker: str, body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
 
 
+def render_figure() -> None:
+    """Draw ``RESULTS/FIGURE_NAME`` from the committed state: each run's validation accuracy over its epochs, with the paper's
+    Table 1 average dashed (``rpm_lib.run_progress.progress_figure``)."""
+    from rpm_lib import run_archive, run_progress
+
+    state = RESULTS / "state.tar.gz"
+    if not state.is_file():
+        return
+    entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    with tempfile.TemporaryDirectory() as folder:
+        run_archive.unpack(state, Path(folder))
+        figure = run_progress.progress_figure(
+            Path(folder) / "main", paper=True,
+            title=f"The SCL row after slice {len(entries)}: validation accuracy per run")
+        figure.savefig(RESULTS / FIGURE_NAME, dpi=100, bbox_inches="tight")
+
+
 def render_doc() -> None:
     entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
     text = DOC.read_text()
@@ -279,10 +302,10 @@ def _carried_besides_state() -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("files_at", nargs="?", type=Path, help="the folder holding the slice's $OUT files")
-    parser.add_argument("--check", action="store_true", help="only re-render docs/reproduction-gpu.md")
+    parser.add_argument("--check", action="store_true", help="only re-render docs/reproduction-gpu.md and results/table1_scl_gpu/progress.png")
     args = parser.parse_args(argv)
     if not args.check:
         if args.files_at is None:
@@ -291,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"campaign_record: slice {entry['slice']} on {entry['device']}: state "
               f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
         print(carry_note(entry["state_bytes"], *_carried_besides_state()))
+    render_figure()
     render_doc()
-    print(f"campaign_record: {DOC} rewritten")
+    print(f"campaign_record: {DOC} and {RESULTS / FIGURE_NAME} rewritten")
     return 0
 
 

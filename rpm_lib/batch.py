@@ -86,6 +86,7 @@ from typing import Any
 
 import yaml
 
+from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs, stage_views
 from rpm_lib.notebook_execution import execute_notebook
 from rpm_lib.run_progress import UNFINISHED_EXIT_CODE, stopped_by_budget
@@ -797,7 +798,7 @@ def _parse_override(text: str) -> tuple[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="rpm-batch",
         description=(
             "Run a grid of notebook executions with papermill (one run folder per grid point, named from its "
@@ -862,7 +863,7 @@ def _workers(text: str) -> int | str:
 
 def build_state_parser() -> argparse.ArgumentParser:
     """``rpm-batch pack | unpack | progress``: a batch folder's resumable state and standing."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="rpm-batch",
         description="Carry a batch's (or one run's) resumable state to another machine, or show where its runs "
                     "stand. pack keeps only what resuming needs (config, progress, history, results; the "
@@ -872,7 +873,7 @@ def build_state_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  rpm-batch pack runs/table1_scl --out results/table1_scl_gpu/state.tar.gz\n"
                "  rpm-batch unpack results/table1_scl_gpu/state.tar.gz --out runs/table1_scl\n"
-               "  rpm-batch progress runs/table1_scl",
+               "  rpm-batch progress runs/table1_scl --plot runs/table1_scl/progress.png --paper",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     pack = commands.add_parser("pack", help="pack the resumable state of every run under a folder")
@@ -893,6 +894,11 @@ def build_state_parser() -> argparse.ArgumentParser:
     progress = commands.add_parser("progress", help="print each run's status, epochs and validation accuracy")
     progress.add_argument("folder", help="a batch folder")
     progress.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
+    progress.add_argument("--plot", metavar="PNG",
+                          help="also draw each run's validation accuracy over its epochs into this PNG file")
+    progress.add_argument("--paper", action="store_true",
+                          help="with --plot: dash the MLCL paper's Table 1 test average of each run's encoder and "
+                               "setup (I-RAVEN at the paper's settings)")
     return parser
 
 
@@ -916,11 +922,20 @@ def state_main(argv: Sequence[str]) -> int:
         else:
             if not Path(args.folder).is_dir():
                 raise run_archive.ArchiveError(f"{args.folder}: no such batch folder")
+            if args.plot and not args.plot.lower().endswith(".png"):
+                raise run_archive.ArchiveError(f"--plot {args.plot}: give a .png file name")
+            if args.paper and not args.plot:
+                raise run_archive.ArchiveError("--paper draws into the figure: give --plot PNG too")
             runs = run_progress.batch_progress(args.folder)
             if args.json:
                 print(json.dumps([dataclasses.asdict(run) for run in runs], indent=1))
             else:
                 print(run_progress.progress_table(runs))
+            if args.plot:
+                figure = run_progress.progress_figure(args.folder, runs, paper=args.paper)
+                Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+                figure.savefig(args.plot, dpi=100, bbox_inches="tight")
+                print(f"rpm-batch progress: figure written to {args.plot}", file=sys.stderr if args.json else sys.stdout)
     except run_archive.ArchiveError as error:
         print(f"rpm-batch {args.command}: error: {error}", file=sys.stderr)
         return 2
@@ -939,7 +954,7 @@ def slurm_main(argv: Sequence[str]) -> int:
     """``rpm-batch status | cancel CONFIG``: the cells of a batch submitted with ``--executor slurm``."""
     from rpm_lib import slurm
 
-    parser = argparse.ArgumentParser(prog=f"rpm-batch {argv[0]}", description=(
+    parser = OneLineArgumentParser(prog=f"rpm-batch {argv[0]}", description=(
         "status: each cell of a batch submitted with --executor slurm (done, failed, unfinished, or SLURM's state: "
         "pending, running, requeued, ...), its job id and requeues. cancel: scancel the cells' jobs SLURM still "
         "lists (finished runs keep their results; rerun the batch to resume the others)."))

@@ -20,6 +20,7 @@ Every step reuses finished work, so an interrupted demo continues where it stopp
 from __future__ import annotations
 
 import argparse
+from rpm_lib.cli_parser import OneLineArgumentParser
 import os
 import sys
 import time
@@ -332,8 +333,8 @@ STEPS: list[DemoStep] = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rpm_lib.demo", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineArgumentParser(prog="python -m rpm_lib.demo", description=__doc__.split("\n\n")[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/demo", help="run folder for figures (default: runs/demo)")
     parser.add_argument("--data", default="data/demo-iraven", help="generated data folder (default: data/demo-iraven)")
     parser.add_argument("--cache", default=None, help="80 px cache folder (default: <data>-80)")

@@ -19,6 +19,7 @@ numbers and booleans). Values of ``-f`` keep their YAML types; ``-p`` wins over 
 from __future__ import annotations
 
 import argparse
+from rpm_lib.cli_parser import OneLineArgumentParser
 import contextlib
 import difflib
 import os
@@ -76,7 +77,7 @@ def _kernel_chatter_elsewhere() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="rpm-notebook", description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("template", type=Path, help="the notebook to run (e.g. notebooks/03_train.ipynb)")

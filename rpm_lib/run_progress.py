@@ -204,3 +204,55 @@ def progress_table(runs: list[RunProgress]) -> str:
         lines += ["", f"Went on with other pixels of the same problems (data_check=problems; data_changes in their "
                       f"progress.json): {', '.join(changed)}"]
     return "\n".join(lines)
+
+
+def progress_figure(batch_dir: str | Path, runs: list[RunProgress] | None = None, paper: bool = False,
+                    title: str | None = None) -> Any:
+    """A matplotlib ``Figure``: validation accuracy of every run of ``batch_dir`` over its epochs.
+
+    Args:
+        batch_dir: the batch folder.
+        runs: its ``batch_progress`` (read again when not given).
+        paper: draw, for each run whose ``config.yaml`` names an encoder and setup of the MLCL paper's Table 1, that
+            row's test average as a dashed line (meaningful for I-RAVEN runs at the paper's settings only).
+        title: the figure's title (default: the folder's name).
+
+    A run whose ``history.csv`` is missing or damaged is listed with "no accuracy yet" (``rpm-batch progress``'s
+    table says which).
+    """
+    from rpm_lib.training.history import history_columns
+    from rpm_lib.viz.training_curves import plot_runs_accuracy
+
+    batch_dir = Path(batch_dir)
+    runs = batch_progress(batch_dir) if runs is None else runs
+    curves: dict[str, dict[str, Any]] = {}
+    references: dict[str, float] = {}
+    for run in runs:
+        try:
+            curves[run.run] = history_columns(batch_dir / run.run / "history.csv")
+        except (OSError, ValueError, csv.Error):
+            curves[run.run] = {}
+        if paper:
+            reference = _paper_average(batch_dir / run.run)
+            if reference is not None:
+                references[run.run] = reference
+    notes = {run.run: f"finished, test {100 * run.test_accuracy:.1f} %" if run.test_accuracy is not None
+             else ", ".join([run.status, *(f"{stage} {count} ep" for stage, count in run.epochs.items())])
+             for run in runs}
+    return plot_runs_accuracy(curves, references, {run.run: run.status == FINISHED for run in runs}, notes,
+                              reference_label="the paper's Table 1 test average",
+                              title=title or f"{batch_dir.name}: validation accuracy per run")
+
+
+def _paper_average(run_dir: Path) -> float | None:
+    """The MLCL paper's Table 1 average (percent) for the encoder and setup in ``run_dir/config.yaml``, if any."""
+    import yaml
+
+    from rpm_lib.results import paper_row
+
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        row = paper_row(str(config["encoder"]), str(config["setup"]))
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return None if row is None else row.average

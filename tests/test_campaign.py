@@ -59,6 +59,8 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 5+5 ep" in text, text
     assert "5 of 5 runs finished" in text and "MLCL+AUG is the best setup" in text, text
     assert (results / "progress.md").read_text() == progress
+    figure = (results / "progress.png").read_bytes()  # each run's validation accuracy, drawn from the state
+    assert figure.startswith(b"\x89PNG") and len(figure) > 10_000
 
     # Slices 1-3 returned their reports as loose files: recorded the same way.
     loose = tmp_path / "loose"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import rpm_lib.data.opencv_version as opencv_version
+from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.data.cache import prepare_cache, read_manifest
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import SPLITS
@@ -20,7 +21,7 @@ from rpm_lib.folder_lock import cap_workers
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rpm-data", description="RAVEN / I-RAVEN / PGM data tools")
+    parser = OneLineArgumentParser(prog="rpm-data", description="RAVEN / I-RAVEN / PGM data tools")
     commands = parser.add_subparsers(dest="command", required=True)
     prepare = commands.add_parser("prepare", help="resize a raw dataset folder into a memory-mapped cache")
     prepare.add_argument("root", type=Path, help="raw dataset folder")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import binom
 
+from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.generator.api import MODES, generate_problem, problem_rng
 from rpm_lib.generator.candidates import MESH_FAITHFUL
 from rpm_lib.generator.problem import Panel
@@ -116,7 +117,7 @@ def chance_interval(total: int, level: float = 0.99) -> tuple[float, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="python -m rpm_lib.generator.bias", description="Context-blind bias probe of the generator."
     )
     parser.add_argument("--count", type=int, default=2000, help="problems per mode (default 2000)")

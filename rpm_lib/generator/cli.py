@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Sequence
 
+from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.folder_lock import NotEnoughSpaceError, UnsafeLockFileError, cap_workers, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
@@ -64,15 +65,8 @@ configurations: {", ".join(CONFIGURATIONS)}
 """
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Errors as one line on stderr (no usage block), exit status 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineParser(
+    parser = OneLineArgumentParser(
         prog="rpm-generate",
         description="Generate RAVEN-style problems (I-RAVEN balanced candidates by default) as .npz + .xml files, "
                     "or straight into a training cache (--cache-size).",

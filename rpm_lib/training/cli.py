@@ -16,6 +16,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
+from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.training.config import ConfigError, TrainConfig, field_help, parse_overrides
 
 
@@ -34,7 +35,7 @@ def _fields_epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineArgumentParser(
         prog="rpm-train",
         description="Train an RPM model with one of the MLCL paper's setups (ce, ce_aux_dense, ce_aux_sparse, "
                     "mlcl, mlcl_aug) and evaluate it; writes config.yaml, checkpoints/, history.csv, "

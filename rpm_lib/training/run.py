@@ -47,6 +47,7 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit, quiet_lightning
+from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
 from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights, weights_record
@@ -452,6 +453,7 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callback
         deterministic=config.deterministic,
         use_distributed_sampler=False,  # EpochSampler shards itself and keeps (seed, epoch) ordering
         default_root_dir=config.run_dir,
+        plugins=[SameFolderCheckpointIO()],  # last.ckpt is never seen half-written (see checkpoint_io)
     )
     return trainer, checkpoint, early_stopping
 

@@ -43,6 +43,7 @@ from rpm_lib.viz.dataset import (  # noqa: F401
 from rpm_lib.viz.training_curves import (  # noqa: F401
     history_x,
     plot_history,
+    plot_runs_accuracy,
 )
 from rpm_lib.viz.evaluation import (  # noqa: F401
     CHANCE_PERCENT,

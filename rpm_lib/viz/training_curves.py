@@ -83,3 +83,64 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], references: Mapping[str, float] | None = None,
+                       finished: Mapping[str, bool] | None = None, notes: Mapping[str, str] | None = None,
+                       reference_label: str = "reference", title: str | None = None) -> Figure:
+    """Validation accuracy of several runs over their epochs, one line each: a batch's or campaign's progress.
+
+    Args:
+        curves: run name -> its ``history_columns``. The x axis counts epochs across stages (``history_x``), so an
+            MLCL run's line starts after its pre-training, whose epochs have no accuracy (NaN, skipped).
+        references: run name -> a reference accuracy in percent (e.g. the paper's Table 1 test average), drawn as
+            a dashed line in the run's colour from its first epoch to the right edge.
+        finished: run name -> whether it has finished; a finished run's last point is a filled circle, an
+            unfinished run's an open one (it goes on).
+        notes: run name -> a few words appended to its legend entry (e.g. its test accuracy).
+        reference_label: what the dashed lines are, in the legend.
+        title: the figure's title.
+
+    Returns:
+        One 0-100 % accuracy axis with chance (12.5 %) dotted; runs without any validation accuracy yet are named
+        in the legend as ``<run>: no accuracy yet``.
+    """
+    references, finished, notes = references or {}, finished or {}, notes or {}
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lines = []  # (name, colour, x of the epochs with an accuracy, accuracies in percent)
+    right = 1.0
+    for index, (name, history) in enumerate(curves.items()):
+        xs = history_x(history)[0] if history else np.array([])
+        accuracy = np.asarray(history.get("val_accuracy", np.full(len(xs), np.nan)), float) * 100
+        if xs.size:
+            right = max(right, float(xs.max()) + 1)
+        ok = ~np.isnan(accuracy)
+        lines.append((name, colours[index % len(colours)], xs[ok], accuracy[ok]))
+    for name, colour, xs, accuracy in lines:
+        if not xs.size:
+            note = f", {notes[name]}" if name in notes else ""
+            ax.plot([], [], color=colour, label=f"{name}: no accuracy yet{note}")
+            continue
+        done = finished.get(name, False)
+        label = f"{name}: best {accuracy.max():.1f} %, last {accuracy[-1]:.1f} % at epoch {int(xs[-1]) + 1}"
+        label += f", {notes[name]}" if name in notes else ""
+        ax.plot(xs, accuracy, color=colour, lw=1.3, label=label)
+        ax.plot(xs[-1], accuracy[-1], "o", color=colour, ms=5, mfc=colour if done else "white")
+        if name in references:
+            ax.hlines(references[name], xs[0], right, color=colour, ls="--", lw=0.9)
+    ax.axhline(CHANCE_PERCENT, color="grey", ls=":", lw=1, label="chance (12.5 %)")
+    if references:
+        ax.plot([], [], color="grey", ls="--", lw=0.9, label=f"dashed: {reference_label} (same colour)")
+    ax.set_xlim(0, right)
+    ax.set_ylim(0, 100)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("epoch (all stages)")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.grid(alpha=0.3)
+    # below the curves, which rise towards the top: the lower right is where they are not
+    ax.legend(fontsize=7, loc="lower right")
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig

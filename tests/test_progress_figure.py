@@ -1,0 +1,66 @@
+"""``rpm-batch progress --plot``: each run's validation accuracy over its epochs, drawn from its run folder."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from rpm_lib import batch, run_progress
+
+
+def _run(folder: Path, encoder: str, setup: str, rows: list[tuple[str, int, float | None]],
+         test_accuracy: float | None = None) -> None:
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"encoder: {encoder}\nsetup: {setup}\nbatch_size: 4\n")
+    lines = ["stage,epoch,step,train_loss,val_loss,val_accuracy,lr"]
+    lines += [f"{stage},{epoch},{epoch + 1},1.0,1.0,{'' if acc is None else acc},0.002" for stage, epoch, acc in rows]
+    (folder / "history.csv").write_text("\n".join(lines) + "\n")
+    if test_accuracy is None:
+        (folder / "progress.json").write_text(json.dumps({"status": "unfinished", "slices": [{"ended_in": rows[-1][0]}]}))
+    else:
+        (folder / "metrics.json").write_text(json.dumps({"test_accuracy": test_accuracy}))
+
+
+@pytest.fixture
+def batch_folder(tmp_path: Path) -> Path:
+    root = tmp_path / "grid"
+    _run(root / "main" / "ce", "scl", "ce", [("supervised", e, 0.5 + 0.1 * e) for e in range(3)], test_accuracy=0.8)
+    _run(root / "main" / "mlcl", "scl", "mlcl", [("pretrain", e, None) for e in range(4)]
+         + [("linear", e, 0.6 + 0.05 * e) for e in range(2)])
+    (root / "main" / "broken").mkdir()
+    (root / "main" / "broken" / "config.yaml").write_text("encoder: scl\nsetup: mlcl_aug\n")
+    (root / "main" / "broken" / "history.csv").write_bytes(b"\x00\xff not a csv")
+    return root
+
+
+def test_the_figure_shows_each_run_its_state_and_the_papers_average(batch_folder: Path) -> None:
+    figure = run_progress.progress_figure(batch_folder, paper=True)
+    axis = figure.axes[0]
+    labels = axis.get_legend().get_texts()
+    text = [label.get_text() for label in labels]
+    assert "main/ce: best 70.0 %, last 70.0 % at epoch 3, finished, test 80.0 %" in text, text
+    assert "main/mlcl: best 65.0 %, last 65.0 % at epoch 6, unfinished, pretrain 4 ep, linear 2 ep" in text, text
+    assert any(t.startswith("main/broken: no accuracy yet") for t in text), text
+    curves = {line.get_label(): line for line in axis.get_lines()}
+    mlcl = curves["main/mlcl: best 65.0 %, last 65.0 % at epoch 6, unfinished, pretrain 4 ep, linear 2 ep"]
+    # linear evaluation follows the 4 pre-training epochs, which have no accuracy
+    assert list(mlcl.get_xdata()) == [4.0, 5.0] and np.allclose(mlcl.get_ydata(), [60.0, 65.0])
+    dashed = sorted(round(float(segments.get_segments()[0][0][1]), 1) for segments in axis.collections)
+    assert dashed == [82.8, 95.7]  # the paper's SCL CE and SCL MLCL averages; none for a run without accuracy
+    plt.close(figure)
+
+
+def test_rpm_batch_progress_writes_the_figure_and_refuses_bad_options_in_one_line(
+        batch_folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "figures" / "progress.png"
+    assert batch.main(["progress", str(batch_folder), "--plot", str(png), "--paper"]) == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert f"figure written to {png}" in capsys.readouterr().out
+    assert batch.main(["progress", str(batch_folder), "--plot", str(tmp_path / "p.jpg")]) == 2
+    assert batch.main(["progress", str(batch_folder), "--paper"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rpm-batch progress: error: --plot {tmp_path / 'p.jpg'}: give a .png file name",
+                   "rpm-batch progress: error: --paper draws into the figure: give --plot PNG too"]

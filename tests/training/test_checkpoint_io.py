@@ -1,0 +1,73 @@
+"""Checkpoints are written beside their target and renamed into place: a kill never leaves a half-written one."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from rpm_lib.training.checkpoint_io import PARTIAL_SUFFIX, SameFolderCheckpointIO
+from rpm_lib.training.config import TrainConfig
+from rpm_lib.training.run import train
+
+
+def test_a_run_writes_its_checkpoints_without_the_system_temporary_folder(
+        tiny_config: Callable[..., TrainConfig], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's own writer goes through tempfile.mkstemp (a file in /tmp, then a move that is a copy across
+    # filesystems); here that path is closed, so the run only finishes when its checkpoints bypass it.
+    def no_system_temporary_file(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise AssertionError("a checkpoint went through the system temporary folder")
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_system_temporary_file)
+    config = tiny_config(setup="ce_aux_sparse")
+    train(config)
+    stage = Path(config.run_dir) / "checkpoints" / "supervised"
+    assert (stage / "last.ckpt").is_file() and (stage / "best.ckpt").is_file()
+    assert not list(stage.glob(f"*{PARTIAL_SUFFIX}"))
+
+
+def test_storage_options_are_refused_as_lightning_refuses_them(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="storage_options"):
+        SameFolderCheckpointIO().save_checkpoint({"a": 1}, tmp_path / "x.ckpt", storage_options={"b": 2})
+
+
+_WRITER = textwrap.dedent("""
+    import sys, torch
+    from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
+    target, ready = sys.argv[1], sys.argv[2]
+    io = SameFolderCheckpointIO()
+    round = 0
+    while True:
+        round += 1
+        io.save_checkpoint({"round": round, "weights": torch.full((6_000_000,), float(round))}, target)
+        if round == 1:
+            open(ready, "w").close()
+""")
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.13, 0.21, 0.37])
+def test_a_writer_killed_at_any_moment_leaves_a_whole_checkpoint(tmp_path: Path, delay: float) -> None:
+    """SIGKILL (a scheduler past its grace period, the out-of-memory killer) during a stream of 24 MB saves."""
+    target, ready = tmp_path / "last.ckpt", tmp_path / "ready"
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(ready)])
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert writer.poll() is None, "the writer ended before its first save"
+            assert time.monotonic() < deadline, "the writer made no save in 120 s"
+            time.sleep(0.01)
+        time.sleep(delay)
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+    checkpoint = torch.load(target, weights_only=True)
+    assert checkpoint["round"] >= 1
+    assert torch.equal(checkpoint["weights"], torch.full((6_000_000,), float(checkpoint["round"])))
