@@ -9,7 +9,8 @@ needs room for a whole checkpoint in ``/tmp``.
 
 ``SameFolderCheckpointIO`` writes ``<name>.partial`` beside the target, flushes it to disk and renames it over the
 target: a rename within one folder is atomic, so ``last.ckpt`` is never seen half-written. A ``.partial`` left by a
-kill is overwritten by the next save and is never read (nothing loads or packs that name).
+kill is overwritten by the next save and is never read (nothing loads or packs that name); one from a failed write
+(a full disk) is removed at once.
 """
 from __future__ import annotations
 
@@ -42,12 +43,18 @@ class SameFolderCheckpointIO(TorchCheckpointIO):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + PARTIAL_SUFFIX)
-        with open(partial, "wb") as handle:
-            torch.save(checkpoint, handle)
-            handle.flush()
-            # without fsync a power loss or node crash after the rename can leave an empty file under the new name
-            os.fsync(handle.fileno())
-        os.replace(partial, target)
+        try:
+            with open(partial, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                # without fsync a power loss or node crash after the rename can leave an empty file under the new name
+                os.fsync(handle.fileno())
+            os.replace(partial, target)
+        except BaseException:
+            # a full disk (or an interrupt) mid-write: the previous checkpoint stays, the half-written one goes,
+            # so it does not keep the disk full
+            partial.unlink(missing_ok=True)
+            raise
         _sync_folder(target.parent)
 
 

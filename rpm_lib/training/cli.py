@@ -89,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NonFiniteLossError as error:
         print(f"rpm-train: error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # a full disk or quota, a folder made unwritable mid-run: what and where, no traceback
+        print(f"rpm-train: error: {_what_failed(error)}; the checkpoints written so far stay in {config.run_dir}: "
+              "rerun with resume=true once that is fixed", file=sys.stderr)
+        return 1
     if metrics.get("status") == "unfinished":
         from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
 
@@ -106,6 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{100 * entry['accuracy']:.1f}% on {entry['num_samples']} problems, {entry['distribution']}")
         print(f"rpm-train: results in {config.run_dir}/metrics.json")
     return 0
+
+
+def _what_failed(error: OSError) -> str:
+    """``<file>: <reason>`` of an ``OSError`` (its own message when it names no file, e.g. a space check's)."""
+    if error.filename and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return str(error) or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
     fig, ax = plt.subplots(figsize=(8, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     lines = []  # (name, colour, x of the epochs with an accuracy, accuracies in percent)
-    right = 1.0
+    right, dashed = 1.0, False
     for index, (name, history) in enumerate(curves.items()):
         xs = history_x(history)[0] if history else np.array([])
         accuracy = np.asarray(history.get("val_accuracy", np.full(len(xs), np.nan)), float) * 100
@@ -129,8 +129,9 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
         ax.plot(xs[-1], accuracy[-1], "o", color=colour, ms=5, mfc=colour if done else "white")
         if name in references:
             ax.hlines(references[name], xs[0], right, color=colour, ls="--", lw=0.9)
+            dashed = True
     ax.axhline(CHANCE_PERCENT, color="grey", ls=":", lw=1, label="chance (12.5 %)")
-    if references:
+    if dashed:
         ax.plot([], [], color="grey", ls="--", lw=0.9, label=f"dashed: {reference_label} (same colour)")
     ax.set_xlim(0, right)
     ax.set_ylim(0, 100)

@@ -71,3 +71,37 @@ def test_a_writer_killed_at_any_moment_leaves_a_whole_checkpoint(tmp_path: Path,
     checkpoint = torch.load(target, weights_only=True)
     assert checkpoint["round"] >= 1
     assert torch.equal(checkpoint["weights"], torch.full((6_000_000,), float(checkpoint["round"])))
+
+
+def test_a_disk_that_fills_up_during_a_save_is_one_line_and_keeps_the_last_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    from rpm_lib.training import checkpoint_io, cli
+
+    fields = dict(data_root=str(tmp_path / "data"), generate=True, generate_num_per_config=10, generate_seed=3,
+                  progress_bar=False, setup="ce", encoder="scl", batch_size=4, max_epochs=2, max_train_samples=16,
+                  max_val_samples=4, max_test_samples=6, image_size=32, run_dir=str(tmp_path / "run"))
+    TrainConfig(**fields).to_yaml(tmp_path / "run.yaml")
+    real_save, saves = torch.save, []
+
+    def save_until_the_disk_is_full(checkpoint: dict, handle: object) -> None:
+        saves.append(checkpoint["global_step"])
+        if len(saves) > 2:  # epoch 1's best and last went through; epoch 2's first save meets a full disk
+            handle.write(b"half a checkpoint")  # type: ignore[attr-defined]
+            raise OSError(errno.ENOSPC, "No space left on device", str(handle.name))  # type: ignore[attr-defined]
+        real_save(checkpoint, handle)
+
+    monkeypatch.setattr(checkpoint_io.torch, "save", save_until_the_disk_is_full)
+    assert cli.main(["--config", str(tmp_path / "run.yaml")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    stage = tmp_path / "run" / "checkpoints" / "supervised"
+    assert err[-1] == (f"rpm-train: error: {stage / 'best.ckpt.partial'}: No space left on device; the checkpoints "
+                       f"written so far stay in {tmp_path / 'run'}: rerun with resume=true once that is fixed"), err
+    assert not any("Traceback" in line for line in err), err
+    assert not list(stage.glob(f"*{PARTIAL_SUFFIX}"))  # the half-written file does not keep the disk full
+    assert torch.load(stage / "last.ckpt", weights_only=True)["global_step"] == saves[0]  # epoch 1's, whole
+
+    monkeypatch.setattr(checkpoint_io.torch, "save", real_save)  # space freed
+    assert cli.main(["--config", str(tmp_path / "run.yaml"), "resume=true"]) == 0
+    assert (tmp_path / "run" / "metrics.json").is_file()
