@@ -64,3 +64,21 @@ def test_rpm_batch_progress_writes_the_figure_and_refuses_bad_options_in_one_lin
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"rpm-batch progress: error: --plot {tmp_path / 'p.jpg'}: give a .png file name",
                    "rpm-batch progress: error: --paper draws into the figure: give --plot PNG too"]
+
+
+def test_a_large_grid_keeps_every_run_apart_and_its_legend_off_the_curves() -> None:
+    from rpm_lib.viz.training_curves import LEGEND_INSIDE, plot_runs_accuracy
+
+    epochs = np.arange(5, dtype=float)
+    curves = {f"run-{i:02d}": {"stage": np.array(["supervised"] * 5, dtype=object), "epoch": epochs,
+                               "val_accuracy": 0.3 + 0.01 * i + 0.02 * epochs} for i in range(25)}
+    assert len(curves) > LEGEND_INSIDE
+    figure = plot_runs_accuracy(curves)
+    axis = figure.axes[0]
+    drawn = {line.get_label(): line for line in axis.get_lines() if line.get_label().startswith("run-")}
+    assert len(drawn) == 25
+    styles = {(tuple(line.get_color()), line.get_marker()) for line in drawn.values()}
+    assert len(styles) == 25  # no two runs look alike (20 colours, then markers)
+    legend = axis.get_legend()
+    assert legend.get_window_extent().y1 < axis.get_window_extent().y0 + 1  # below the axis, not over the curves
+    plt.close(figure)

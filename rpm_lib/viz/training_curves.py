@@ -85,6 +85,10 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
     return fig
 
 
+#: Runs up to which ``plot_runs_accuracy`` keeps its legend inside the axis.
+LEGEND_INSIDE = 10
+
+
 def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], references: Mapping[str, float] | None = None,
                        finished: Mapping[str, bool] | None = None, notes: Mapping[str, str] | None = None,
                        reference_label: str = "reference", title: str | None = None) -> Figure:
@@ -103,11 +107,17 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
 
     Returns:
         One 0-100 % accuracy axis with chance (12.5 %) dotted; runs without any validation accuracy yet are named
-        in the legend as ``<run>: no accuracy yet``.
+        in the legend as ``<run>: no accuracy yet``. Up to ``LEGEND_INSIDE`` runs the legend sits in the lower
+        right; a larger grid gets 20 colours and markers that repeat every 20 runs, and its legend in columns below
+        the axis (the figure grows with it).
     """
     references, finished, notes = references or {}, finished or {}, notes or {}
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    many = len(curves) > LEGEND_INSIDE
+    columns = 2 if many else 1
+    legend_rows = -(-(len(curves) + 2) // columns)
+    fig, ax = plt.subplots(figsize=(8 if not many else 11, 4.2 + (0.16 * legend_rows if many else 0)))
+    colours = ([plt.get_cmap("tab20")(i) for i in range(20)] if many
+               else plt.rcParams["axes.prop_cycle"].by_key()["color"])
     lines = []  # (name, colour, x of the epochs with an accuracy, accuracies in percent)
     right, dashed = 1.0, False
     for index, (name, history) in enumerate(curves.items()):
@@ -117,7 +127,9 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
             right = max(right, float(xs.max()) + 1)
         ok = ~np.isnan(accuracy)
         lines.append((name, colours[index % len(colours)], xs[ok], accuracy[ok]))
-    for name, colour, xs, accuracy in lines:
+    for index, (name, colour, xs, accuracy) in enumerate(lines):
+        # beyond 20 runs the colours repeat: a marker tells the rounds of 20 apart
+        marker = (None, "^", "s", "x", "+")[(index // 20) % 5] if many else None
         if not xs.size:
             note = f", {notes[name]}" if name in notes else ""
             ax.plot([], [], color=colour, label=f"{name}: no accuracy yet{note}")
@@ -125,7 +137,8 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
         done = finished.get(name, False)
         label = f"{name}: best {accuracy.max():.1f} %, last {accuracy[-1]:.1f} % at epoch {int(xs[-1]) + 1}"
         label += f", {notes[name]}" if name in notes else ""
-        ax.plot(xs, accuracy, color=colour, lw=1.3, label=label)
+        ax.plot(xs, accuracy, color=colour, lw=1.3, label=label, marker=marker, markevery=max(1, len(xs) // 8),
+                ms=4)
         ax.plot(xs[-1], accuracy[-1], "o", color=colour, ms=5, mfc=colour if done else "white")
         if name in references:
             ax.hlines(references[name], xs[0], right, color=colour, ls="--", lw=0.9)
@@ -139,8 +152,11 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
     ax.set_xlabel("epoch (all stages)")
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(alpha=0.3)
-    # below the curves, which rise towards the top: the lower right is where they are not
-    ax.legend(fontsize=7, loc="lower right")
+    if many:
+        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, frameon=False)
+    else:
+        # below the curves, which rise towards the top: the lower right is where they are not
+        ax.legend(fontsize=7, loc="lower right")
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
