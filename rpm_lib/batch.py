@@ -922,16 +922,16 @@ def state_main(argv: Sequence[str]) -> int:
         else:
             if not Path(args.folder).is_dir():
                 raise run_archive.ArchiveError(f"{args.folder}: no such batch folder")
-            if args.plot and not args.plot.lower().endswith(".png"):
+            if args.plot is not None and not args.plot.lower().endswith(".png"):  # "" too: an unset shell variable
                 raise run_archive.ArchiveError(f"--plot {args.plot}: give a .png file name")
-            if args.paper and not args.plot:
+            if args.paper and args.plot is None:
                 raise run_archive.ArchiveError("--paper draws into the figure: give --plot PNG too")
             runs = run_progress.batch_progress(args.folder)
             if args.json:
                 print(json.dumps([dataclasses.asdict(run) for run in runs], indent=1))
             else:
                 print(run_progress.progress_table(runs))
-            if args.plot:
+            if args.plot is not None:
                 figure = run_progress.progress_figure(args.folder, runs, paper=args.paper)
                 Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
                 figure.savefig(args.plot, dpi=100, bbox_inches="tight")

@@ -16,4 +16,6 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        # a line break inside a value the message quotes (a path typed with one) would make it two lines
+        message = "\\n".join(message.splitlines())
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -369,14 +369,25 @@ def run_steps(ctx: DemoContext, names: Sequence[str] | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.list_steps:
         for step in STEPS:
             print(f"{step.name:12s} {step.description}")
         return 0
-    if args.num_per_config < 1:
-        print("demo: --num-per-config must be >= 1", file=sys.stderr)
-        return 2
+    # checked before any work starts: each of these used to fail (or do nothing and say "finished") part-way
+    for option, value, least in (("--num-per-config", args.num_per_config, 1), ("--workers", args.workers, 1),
+                                 ("--train-size", args.train_size, 8), ("--seed", args.seed, 0),
+                                 ("--data-seed", args.data_seed, 0)):
+        if value < least:
+            parser.error(f"argument {option}: {value} is below {least}")
+    names = None if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
+    known = [step.name for step in STEPS]
+    if names is not None and not names:
+        parser.error(f"argument --steps: no step named (known: {', '.join(known)}; or all)")
+    unknown = [name for name in names or () if name not in known]
+    if unknown:
+        parser.error(f"argument --steps: unknown step {', '.join(unknown)} (known: {', '.join(known)}; or all)")
     data = Path(args.data)
     ctx = DemoContext(
         out=Path(args.out),
@@ -390,7 +401,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_config=Path(args.batch_config),
         quick=args.quick,
     )
-    names = None if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
     from rpm_lib.live_progress import duration
 
     began = time.perf_counter()

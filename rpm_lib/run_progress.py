@@ -119,19 +119,36 @@ def _history(path: Path) -> tuple[dict[str, int], list[float], str | None]:
     accuracies = []
     try:
         rows = history_rows(path)
-        for row in rows:
-            epochs[row["stage"]] = max(epochs.get(row["stage"], 0), int(row["epoch"]) + 1)
+        for number, row in enumerate(rows, start=2):
+            epoch = int(row["epoch"])
+            # A shared history.csv is untrusted: a negative epoch, or an accuracy that is no fraction (NaN, inf, 55,
+            # -0.3; the writer leaves NaN empty) would otherwise show as a wrong epoch count or "best val % nan".
+            if epoch < 0:
+                raise ValueError(f"line {number}: epoch {epoch} is negative")
+            epochs[row["stage"]] = max(epochs.get(row["stage"], 0), epoch + 1)
             if row.get("val_accuracy"):
-                accuracies.append(float(row["val_accuracy"]))
+                accuracies.append(_fraction(float(row["val_accuracy"]), f"line {number}: val_accuracy"))
     except _DAMAGE as error:
         why = str(error).splitlines()[0] if str(error) else ""
         raise ValueError(f"{path.name}: unreadable ({type(error).__name__}: {why})") from None
     return epochs, accuracies, rows[-1]["stage"] if rows else None
 
 
+def _fraction(value: float, what: str) -> float:
+    """``value`` when it is an accuracy (a finite fraction in [0, 1]); raises ``ValueError`` naming ``what``."""
+    if not 0.0 <= value <= 1.0:  # also false for NaN
+        raise ValueError(f"{what} {value!r} is not a fraction in [0, 1]")
+    return value
+
+
 def _run_progress(run_dir: Path, name: str) -> RunProgress:
     progress = _record(run_dir / "progress.json")
     metrics = _record(run_dir / "metrics.json")
+    test = metrics.get("test_accuracy")
+    # checked here, not where the table formats it: "abc" or [1] crashed the whole table, true showed as 100 %
+    if test is not None and (isinstance(test, bool) or not isinstance(test, (int, float))
+                             or not 0.0 <= test <= 1.0):
+        raise ValueError(f"metrics.json: test_accuracy {test!r} is not a fraction in [0, 1]")
     epochs, accuracies, stage = _history(run_dir / "history.csv")
     try:
         return _standing(run_dir, name, progress, metrics, epochs, accuracies, stage)
@@ -179,11 +196,29 @@ def _batch_size(run_dir: Path) -> int:
         return 0
 
 
+#: Status of a run folder reached through a symbolic link (``batch_progress`` does not follow links).
+SYMLINK_STATUS = "skipped: a symbolic link (not followed; run rpm-batch progress on its target)"
+
+
 def batch_progress(batch_dir: str | Path) -> list[RunProgress]:
-    """The standing of every run folder under ``batch_dir`` (folders with ``config.yaml`` or ``run.json``)."""
+    """The standing of every run folder under ``batch_dir`` (folders with ``config.yaml`` or ``run.json``).
+
+    Symbolic links are not followed (a shared folder's link may lead anywhere, or loop); a link to a run folder is
+    listed with the status ``SYMLINK_STATUS`` rather than dropped without a word."""
     batch_dir = Path(batch_dir)
     runs = sorted({p.parent for name in ("config.yaml", "run.json") for p in batch_dir.rglob(name)})
-    return [run_progress(run, batch_dir) for run in runs]
+    found = [run_progress(run, batch_dir) for run in runs]
+    links = [path for path in batch_dir.rglob("*") if path.is_symlink() and path.is_dir()
+             and any((path / name).is_file() for name in ("config.yaml", "run.json"))]
+    found += [RunProgress(run=link.relative_to(batch_dir).as_posix(), status=SYMLINK_STATUS, stage=None, epochs={},
+                          val_accuracy=None, best_val_accuracy=None, test_accuracy=None, slices=0, seconds=0.0)
+              for link in sorted(links)]
+    return found
+
+
+def _cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a run folder named with ``|`` or a line break kept its row apart."""
+    return " ".join(text.splitlines()).replace("|", "\\|")
 
 
 def _percent(value: float | None) -> str:
@@ -196,7 +231,8 @@ def progress_table(runs: list[RunProgress]) -> str:
              "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for run in runs:
         epochs = ", ".join(f"{stage} {count}" for stage, count in run.epochs.items())
-        lines.append(f"| {run.run} | {run.status} | {run.stage or ''} | {epochs} | {_percent(run.val_accuracy)} | "
+        lines.append(f"| {_cell(run.run)} | {_cell(run.status)} | {_cell(str(run.stage or ''))} | {_cell(epochs)} | "
+                     f"{_percent(run.val_accuracy)} | "
                      f"{_percent(run.best_val_accuracy)} | {_percent(run.test_accuracy)} | {run.slices} | "
                      f"{run.seconds:g} |")
     changed = [run.run for run in runs if run.data_changes]
@@ -229,7 +265,10 @@ def progress_figure(batch_dir: str | Path, runs: list[RunProgress] | None = None
     references: dict[str, float] = {}
     for run in runs:
         try:
-            curves[run.run] = history_columns(batch_dir / run.run / "history.csv")
+            # a run the table calls damaged (text or out-of-range numbers in history.csv) is drawn without a curve:
+            # plotting its columns raised a traceback, or drew epoch 1e308
+            curves[run.run] = ({} if run.status.startswith(("damaged", "skipped"))
+                               else history_columns(batch_dir / run.run / "history.csv"))
         except (OSError, ValueError, csv.Error):
             curves[run.run] = {}
         if paper:
@@ -253,6 +292,6 @@ def _paper_average(run_dir: Path) -> float | None:
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
         row = paper_row(str(config["encoder"]), str(config["setup"]))
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):  # ValueError: bytes that are not UTF-8
         return None
     return None if row is None else row.average

@@ -129,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--regime", default=None,
                         help="a generator regime, e.g. I-RAVEN-Mesh (default: plain I-RAVEN / RAVEN)")
     args = parser.parse_args(argv)
+    if args.count < 1:
+        parser.error(f"--count {args.count}: give at least 1 problem per mode")
+    if args.seed < 0:
+        parser.error(f"--seed {args.seed}: a seed is a non-negative integer")
     configurations = tuple(args.configuration) if args.configuration else CONFIGURATIONS
     low, high = chance_interval(args.count)
     print(f"context-blind probe, {args.count} problems per mode, seed {args.seed}"

@@ -14,6 +14,7 @@ kill is overwritten by the next save and is never read (nothing loads or packs t
 """
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,16 @@ class SameFolderCheckpointIO(TorchCheckpointIO):
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + PARTIAL_SUFFIX)
+        if target.is_dir() and not target.is_symlink():
+            # os.replace would fail after the whole write, with an error naming the .partial, not what is in the way
+            raise IsADirectoryError(errno.EISDIR, "a folder is where the checkpoint goes (remove it)", str(target))
+        # A stale .partial (left by a kill, or in a copied run folder) may be a symbolic link -- writing through it
+        # overwrote a file outside the run folder and left last.ckpt a link to it -- or a read-only file, which failed
+        # the save although the folder is writable. Remove it and create the file anew, never through a link.
+        partial.unlink(missing_ok=True)
         try:
-            with open(partial, "wb") as handle:
+            # "x": create, never reuse; O_NOFOLLOW: never through a link (the handle keeps the path as its name)
+            with open(partial, "xb", opener=_no_follow) as handle:
                 torch.save(checkpoint, handle)
                 handle.flush()
                 # without fsync a power loss or node crash after the rename can leave an empty file under the new name
@@ -56,6 +65,11 @@ class SameFolderCheckpointIO(TorchCheckpointIO):
             partial.unlink(missing_ok=True)
             raise
         _sync_folder(target.parent)
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """``open``'s opener: ``os.open`` that refuses a symbolic link as the last part of ``path`` (where supported)."""
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), 0o666)
 
 
 def _sync_folder(folder: Path) -> None:

@@ -62,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rpm-train``; returns the exit code (2 for a config error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.config is not None and not args.config.strip():
+        # an empty --config (an unset shell variable) was taken as "no config": the defaults ran without a word
+        parser.error("argument --config/-c: empty file name (name a YAML file, or leave --config out for the defaults)")
     try:
         config = resolve_config(args)
     except ConfigError as error:

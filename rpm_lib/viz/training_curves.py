@@ -87,6 +87,18 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
 
 #: Runs up to which ``plot_runs_accuracy`` keeps its legend inside the axis.
 LEGEND_INSIDE = 10
+#: Characters of a run name that ``plot_runs_accuracy`` shows in its legend.
+LEGEND_NAME_CHARS = 48
+
+
+def _legend_name(name: str) -> str:
+    """``name`` on one line and at most ``LEGEND_NAME_CHARS`` long (its start and end, "…" between): a run folder
+    named with 200 characters pushed the axis into a sliver at the figure's right edge."""
+    name = " ".join(name.splitlines())
+    if len(name) <= LEGEND_NAME_CHARS:
+        return name
+    half = (LEGEND_NAME_CHARS - 1) // 2
+    return f"{name[:half]}…{name[-half:]}"
 
 
 def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], references: Mapping[str, float] | None = None,
@@ -132,10 +144,11 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
         marker = (None, "^", "s", "x", "+")[(index // 20) % 5] if many else None
         if not xs.size:
             note = f", {notes[name]}" if name in notes else ""
-            ax.plot([], [], color=colour, label=f"{name}: no accuracy yet{note}")
+            ax.plot([], [], color=colour, label=f"{_legend_name(name)}: no accuracy yet{note}")
             continue
         done = finished.get(name, False)
-        label = f"{name}: best {accuracy.max():.1f} %, last {accuracy[-1]:.1f} % at epoch {int(xs[-1]) + 1}"
+        label = (f"{_legend_name(name)}: best {accuracy.max():.1f} %, last {accuracy[-1]:.1f} % "
+                 f"at epoch {int(xs[-1]) + 1}")
         label += f", {notes[name]}" if name in notes else ""
         ax.plot(xs, accuracy, color=colour, lw=1.3, label=label, marker=marker, markevery=max(1, len(xs) // 8),
                 ms=4)

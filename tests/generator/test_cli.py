@@ -67,8 +67,10 @@ def test_demo_steps_are_idempotent_and_write_the_gallery(tmp_path, capsys):
     assert len(list((tmp_path / "data").glob("*/RAVEN_0_train.npz"))) == 7
     assert demo.main(argv[:-1] + ["generate"]) == 0  # a rerun reuses the finished data
     assert "0 written, 7 reused" in capsys.readouterr().out
-    assert demo.main(argv[:-2] + ["--steps", "fly"]) == 1
-    assert "unknown demo step" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # before any work: one line, exit 2 (found by hostile testing)
+        demo.main(argv[:-2] + ["--steps", "fly"])
+    assert refused.value.code == 2
+    assert "argument --steps: unknown step fly (known: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
