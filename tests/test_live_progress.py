@@ -265,7 +265,8 @@ def test_a_bad_stall_time_is_one_line(tmp_path, fake_training, capsys, value):
         batch.main([str(_config(tmp_path, fake_training, {})), "--stall-minutes", value])
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].endswith(f"--stall-minutes must be a positive number of minutes, got {float(value):g}")
+    assert err == [f"rpm-batch: error: --stall-minutes must be a positive number of minutes, got {float(value):g} "
+                   "(see rpm-batch --help)"], err
 
 
 def test_a_run_that_starts_and_ends_between_two_looks_still_gets_its_lines(tmp_path):
