@@ -906,7 +906,12 @@ def state_main(argv: Sequence[str]) -> int:
     """``rpm-batch pack | unpack | progress``; returns 2 for bad input (one line on stderr)."""
     from rpm_lib import run_archive, run_progress
 
-    args = build_state_parser().parse_args(argv)
+    parser = build_state_parser()
+    args = parser.parse_args(argv)
+    for name in ("folder", "archive", "out"):
+        # Path("") is the current folder: an unset shell variable would pack, unpack or list whatever is here
+        if getattr(args, name, None) is not None and not getattr(args, name).strip():
+            parser.error(f"argument {name if name != 'out' else '--out'}: empty path")
     try:
         if args.command == "pack":
             runs = run_archive.pack(args.folder, args.out, keep_final_weights=args.keep_final_weights,

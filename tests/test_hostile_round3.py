@@ -258,3 +258,15 @@ def test_bias_probe_refuses_a_bad_count_or_seed_in_one_line(capsys: pytest.Captu
     assert stopped.value.code == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines() if "Warning" not in line]
     assert len(err) == 1 and err[0].startswith("python -m rpm_lib.generator.bias: error: --"), err
+
+
+@pytest.mark.parametrize("argv", [["progress", ""], ["pack", "", "--out", "s.tar.gz"], ["pack", "runs", "--out", ""],
+                                  ["unpack", "", "--out", "runs"], ["unpack", "s.tar.gz", "--out", " "]])
+def test_an_empty_path_is_refused_not_taken_as_the_current_folder(argv: list[str],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # `rpm-batch progress ""` listed the current folder; pack / unpack would have packed or unpacked it
+    with pytest.raises(SystemExit) as stopped:
+        batch.main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "empty path" in err[0], err
