@@ -184,7 +184,7 @@ def test_06_results_table(tmp_path, tiny_batch):
     assert "4 runs: 4 finished, 0 failed, 0 pending" in text and "no finished runs vary batch_size" in text
     figures = tmp_path / "figures"
     names = {p.name for p in figures.iterdir()}
-    assert {"table1.md", "table1.csv", "table1.png", "ablation_beta.png", "runs.csv"} <= names
+    assert {"table1.md", "table1.csv", "table1.png", "ablation_beta.png", "runs.csv", "training_curves.png"} <= names
     table = (figures / "table1.md").read_text()
     assert "| SCL | MLCL | – | 2 |" in table and "95.7 ± 0.5" in table  # ours (2 seeds) beside the paper
 
