@@ -9,8 +9,8 @@ needs room for a whole checkpoint in ``/tmp``.
 
 ``SameFolderCheckpointIO`` writes ``<name>.partial`` beside the target, flushes it to disk and renames it over the
 target: a rename within one folder is atomic, so ``last.ckpt`` is never seen half-written. A ``.partial`` left by a
-kill is overwritten by the next save and is never read (nothing loads or packs that name); one from a failed write
-(a full disk) is removed at once.
+kill is removed and made anew by the next save (never written through: it may be a link) and is never read
+(nothing loads or packs that name); one from a failed write (a full disk) is removed at once.
 """
 from __future__ import annotations
 
