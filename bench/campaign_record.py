@@ -23,6 +23,7 @@ repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import re
@@ -31,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from rpm_lib.cli_parser import OneLineArgumentParser
@@ -39,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "table1_scl_gpu"
 DOC = REPO / "docs" / "reproduction-gpu.md"
 SLICES = RESULTS / "slices.jsonl"
-#: The figure drawn into ``RESULTS`` (see ``render_figure``).
+#: The figure drawn into ``RESULTS`` (see ``render``).
 FIGURE_NAME = "progress.png"
 
 
@@ -145,7 +147,7 @@ def _record(files_at: Path, reports: Path) -> dict:
     if missing:
         raise SystemExit(f"campaign_record: error: slice.json lacks {', '.join(missing)}; nothing recorded")
     runs = _report(reports / "progress.json", list, files_at)
-    previous = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    previous = _slice_entries()
     with tempfile.TemporaryDirectory() as folder:
         joined = Path(folder) / "state.tar.gz"
         if parts:  # a state over a device call's 16 MiB per file came back in parts
@@ -211,16 +213,33 @@ def slices_markdown(entries: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def table1_markdown() -> str | None:
-    """The SCL row beside the paper with the claims' verdicts, from the committed state (None: nothing finished)."""
-    from rpm_lib import claims, results, run_archive
+def _slice_entries() -> list[dict]:
+    """The recorded slices, oldest first (``slices.jsonl``; none yet: empty)."""
+    return [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+
+
+@contextlib.contextmanager
+def _unpacked_state() -> Iterator[Path | None]:
+    """The committed state unpacked into a temporary folder for the renderings (None before the first slice)."""
+    from rpm_lib import run_archive
 
     state = RESULTS / "state.tar.gz"
     if not state.is_file():
-        return None
+        yield None
+        return
     with tempfile.TemporaryDirectory() as folder:
-        run_archive.unpack(state, folder)
-        report = claims.reproduction_report(folder)
+        run_archive.unpack(state, Path(folder))
+        yield Path(folder)
+
+
+def table1_markdown(state: Path | None) -> str | None:
+    """The SCL row beside the paper with the claims' verdicts, from the unpacked ``state`` (None: nothing
+    finished)."""
+    from rpm_lib import claims, results
+
+    if state is None:
+        return None
+    report = claims.reproduction_report(state)
     if report.finished == 0:
         return None
     # The campaign has no ablation grid: only the orderings between the five setups are checked.
@@ -230,7 +249,7 @@ def table1_markdown() -> str | None:
     setup_claims = [c for c in claims.CLAIMS if set(c.worse) <= labels]
     checks = claims.check_claims(report.setups, report.num_test, setup_claims)
     # The state holds only the runs started so far; the row has as many runs as the last slice's progress lists.
-    entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    entries = _slice_entries()
     total = max(report.total, len(entries[-1]["runs"]) if entries else 0)
     return "\n".join([f"{report.finished} of {total} runs finished; {report.num_test} test problems per run; "
                       "accuracies in percent.", "", results.table1_markdown(report.setups, with_paper=True), "",
@@ -244,29 +263,20 @@ def _replace_between(text: str, marker: str, body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
 
 
-def render_figure() -> None:
-    """Draw ``RESULTS/FIGURE_NAME`` from the committed state: each run's validation accuracy over its epochs, with the paper's
-    Table 1 average dashed (``rpm_lib.run_progress.progress_figure``)."""
-    from rpm_lib import run_archive, run_progress
+def render() -> None:
+    """Rewrite the document's tables and draw ``RESULTS/FIGURE_NAME`` (each run's validation accuracy over its
+    epochs, the paper's Table 1 average dashed) from ``slices.jsonl`` and the committed state, unpacked once."""
+    from rpm_lib import run_progress
 
-    state = RESULTS / "state.tar.gz"
-    if not state.is_file():
-        return
-    entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
-    with tempfile.TemporaryDirectory() as folder:
-        run_archive.unpack(state, Path(folder))
-        figure = run_progress.progress_figure(
-            Path(folder) / "main", paper=True,
-            title=f"The SCL row after slice {len(entries)}: validation accuracy per run")
-        figure.savefig(RESULTS / FIGURE_NAME, dpi=100, bbox_inches="tight")
-
-
-def render_doc() -> None:
-    entries = [json.loads(line) for line in SLICES.read_text().splitlines()] if SLICES.is_file() else []
+    entries = _slice_entries()
     text = DOC.read_text()
     text = _replace_between(text, "slices", slices_markdown(entries) if entries else "No slice has run yet.")
-    table = table1_markdown()
-    text = _replace_between(text, "table1", table or "No run has finished yet.")
+    with _unpacked_state() as state:
+        text = _replace_between(text, "table1", table1_markdown(state) or "No run has finished yet.")
+        if state is not None:
+            figure = run_progress.progress_figure(
+                state / "main", paper=True, title=f"The SCL row after slice {len(entries)}: validation accuracy per run")
+            figure.savefig(RESULTS / FIGURE_NAME, dpi=100, bbox_inches="tight")
     DOC.write_text(text)
 
 
@@ -305,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("files_at", nargs="?", type=Path, help="the folder holding the slice's $OUT files")
-    parser.add_argument("--check", action="store_true", help="only re-render docs/reproduction-gpu.md and results/table1_scl_gpu/progress.png")
+    parser.add_argument("--check", action="store_true",
+                        help="only re-render docs/reproduction-gpu.md and results/table1_scl_gpu/progress.png")
     args = parser.parse_args(argv)
     if not args.check:
         if args.files_at is None:
@@ -314,8 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"campaign_record: slice {entry['slice']} on {entry['device']}: state "
               f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
         print(carry_note(entry["state_bytes"], *_carried_besides_state()))
-    render_figure()
-    render_doc()
+    render()
     print(f"campaign_record: {DOC} and {RESULTS / FIGURE_NAME} rewritten")
     return 0
 

@@ -19,7 +19,6 @@ numbers and booleans). Values of ``-f`` keep their YAML types; ``-p`` wins over 
 from __future__ import annotations
 
 import argparse
-from rpm_lib.cli_parser import OneLineArgumentParser
 import contextlib
 import difflib
 import os
@@ -27,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+from rpm_lib.cli_parser import OneLineArgumentParser
 
 #: Exit status when a cell failed (the notebook ran and stopped); 2 is a usage error (nothing ran).
 CELL_FAILED = 1
