@@ -15,7 +15,11 @@ COMMANDS = [  # (module with main(argv), prog as the line names it, bad argument
     ("rpm_lib.batch", "rpm-batch", []),
     ("rpm_lib.batch", "rpm-batch pack", ["--compact"]),
     ("rpm_lib.batch", "rpm-batch unpack", ["a.tar", "--out"]),
+    # an argument the sub-command does not know: its own help, not the top level's, lists what it takes
+    ("rpm_lib.batch", "rpm-batch progress", ["a", "b"]),
+    ("rpm_lib.batch", "rpm-batch pack", ["a", "--out", "b.tar.gz", "--bogus"]),
     ("rpm_lib.data.cli", "rpm-data", ["nope"]),
+    ("rpm_lib.data.cli", "rpm-data prepare", ["raw", "--out", "cache", "--bogus"]),
     ("rpm_lib.generator.cli", "rpm-generate", ["--count", "many", "--out", "x"]),
     ("rpm_lib.notebook_cli", "rpm-notebook", ["only-one.ipynb"]),
     ("rpm_lib.demo", "python -m rpm_lib.demo", ["--train-size", "big"]),
@@ -26,7 +30,7 @@ COMMANDS = [  # (module with main(argv), prog as the line names it, bad argument
 @pytest.mark.parametrize(("module", "prog", "argv"), COMMANDS, ids=[f"{p} {' '.join(a)}" for _, p, a in COMMANDS])
 def test_a_bad_argument_is_one_line_naming_the_command(module: str, prog: str, argv: list[str],
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    sub = prog.split()[1:] if prog.startswith("rpm-batch ") else []
+    sub = prog.split()[1:] if prog.startswith(("rpm-batch ", "rpm-data ")) else []
     with pytest.raises(SystemExit) as ended:
         importlib.import_module(module).main([*sub, *argv])
     assert ended.value.code == 2

@@ -82,3 +82,26 @@ def test_a_large_grid_keeps_every_run_apart_and_its_legend_off_the_curves() -> N
     legend = axis.get_legend()
     assert legend.get_window_extent().y1 < axis.get_window_extent().y0 + 1  # below the axis, not over the curves
     plt.close(figure)
+
+
+def test_runs_sharing_a_reference_get_one_grey_labelled_line_and_others_keep_their_colour() -> None:
+    from rpm_lib.viz.training_curves import SHARED_REFERENCE_COLOUR, plot_runs_accuracy
+
+    epochs = np.arange(4, dtype=float)
+    curves = {name: {"stage": np.array(["supervised"] * 4, dtype=object), "epoch": epochs + start,
+                     "val_accuracy": 0.5 + 0.01 * epochs}
+              for name, start in (("ce/seed-0", 0), ("ce/seed-1", 0), ("ce/seed-2", 2), ("mlcl/seed-0", 0))}
+    references = {"ce/seed-0": 82.8, "ce/seed-1": 82.8, "ce/seed-2": 82.8, "mlcl/seed-0": 95.7}
+    figure = plot_runs_accuracy(curves, references)
+    axis = figure.axes[0]
+    dashed = {round(float(c.get_segments()[0][0][1]), 1): c for c in axis.collections}
+    assert sorted(dashed) == [82.8, 95.7] and len(axis.collections) == 2  # one line for the three seeds
+    shared = dashed[82.8]
+    assert shared.get_segments()[0][0][0] == 0.0  # from the earliest seed's first epoch
+    assert np.allclose(shared.get_colors()[0][:3], [float(SHARED_REFERENCE_COLOUR)] * 3)
+    mlcl_colour = next(line.get_color() for line in axis.get_lines() if line.get_label().startswith("mlcl/seed-0"))
+    assert np.allclose(dashed[95.7].get_colors()[0][:3], plt.matplotlib.colors.to_rgb(mlcl_colour))
+    assert [t.get_text() for t in axis.texts] == ["82.8 % (ce/seed-*, 3 runs)"]
+    legend = [t.get_text() for t in axis.get_legend().get_texts()]
+    assert "dashed: reference (same colour; dark grey: shared by several runs)" in legend, legend
+    plt.close(figure)

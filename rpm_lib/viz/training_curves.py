@@ -2,6 +2,7 @@
 accuracies over epochs, stages marked."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import matplotlib.pyplot as plt
@@ -89,6 +90,8 @@ def plot_history(history: Mapping[str, np.ndarray], title: str | None = None) ->
 LEGEND_INSIDE = 10
 #: Characters of a run name that ``plot_runs_accuracy`` shows in its legend.
 LEGEND_NAME_CHARS = 48
+#: A reference line several runs share (seeds of one setup): none of their colours alone.
+SHARED_REFERENCE_COLOUR = "0.25"
 
 
 def _legend_name(name: str) -> str:
@@ -101,6 +104,29 @@ def _legend_name(name: str) -> str:
     return f"{name[:half]}…{name[-half:]}"
 
 
+def _draw_references(ax, lines, references: Mapping[str, float], right: float) -> bool:
+    """Dashed reference lines for the runs in ``lines`` (name, colour, epochs x, accuracies) that have an accuracy
+    and a reference: one per distinct value, in the run's colour, or dark grey and labelled when several runs share
+    it. Returns whether any was shared."""
+    runs_by_value: dict[float, list[tuple[str, float]]] = {}
+    for name, colour, xs, _ in lines:
+        if xs.size and name in references:
+            runs_by_value.setdefault(float(references[name]), []).append((name, colour, float(xs[0])))
+    for value, runs in runs_by_value.items():
+        start = min(x for _, _, x in runs)
+        if len(runs) == 1:
+            ax.hlines(value, start, right, color=runs[0][1], ls="--", lw=0.9)
+        else:
+            ax.hlines(value, start, right, color=SHARED_REFERENCE_COLOUR, ls="--", lw=0.9)
+            # the runs' common name start says whose line it is (main/setup-ce__seed-* for the seeds of CE)
+            common = os.path.commonprefix([name for name, _, _ in runs])
+            whose = f"{_legend_name(common)}*, " if common else ""
+            ax.annotate(f"{value:.1f} % ({whose}{len(runs)} runs)", (right, value), xytext=(-2, 2),
+                        textcoords="offset points", ha="right", va="bottom", fontsize=6.5,
+                        color=SHARED_REFERENCE_COLOUR)
+    return any(len(runs) > 1 for runs in runs_by_value.values())
+
+
 def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], references: Mapping[str, float] | None = None,
                        finished: Mapping[str, bool] | None = None, notes: Mapping[str, str] | None = None,
                        reference_label: str = "reference", title: str | None = None) -> Figure:
@@ -110,7 +136,10 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
         curves: run name -> its ``history_columns``. The x axis counts epochs across stages (``history_x``), so an
             MLCL run's line starts after its pre-training, whose epochs have no accuracy (NaN, skipped).
         references: run name -> a reference accuracy in percent (e.g. the paper's Table 1 test average), drawn as
-            a dashed line in the run's colour from its first epoch to the right edge.
+            a dashed line in the run's colour from its first epoch to the right edge. Several runs with the same
+            reference (seeds of one setup) share one dark grey dashed line, from the earliest of their first
+            epochs, labelled with its value at the right edge: one line per run would lie on top of each other,
+            showing only the last run's colour.
         finished: run name -> whether it has finished; a finished run's last point is a filled circle, an
             unfinished run's an open one (it goes on).
         notes: run name -> a few words appended to its legend entry (e.g. its test accuracy).
@@ -131,7 +160,7 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
     colours = ([plt.get_cmap("tab20")(i) for i in range(20)] if many
                else plt.rcParams["axes.prop_cycle"].by_key()["color"])
     lines = []  # (name, colour, x of the epochs with an accuracy, accuracies in percent)
-    right, dashed = 1.0, False
+    right = 1.0
     for index, (name, history) in enumerate(curves.items()):
         xs = history_x(history)[0] if history else np.array([])
         accuracy = np.asarray(history.get("val_accuracy", np.full(len(xs), np.nan)), float) * 100
@@ -153,12 +182,11 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
         ax.plot(xs, accuracy, color=colour, lw=1.3, label=label, marker=marker, markevery=max(1, len(xs) // 8),
                 ms=4)
         ax.plot(xs[-1], accuracy[-1], "o", color=colour, ms=5, mfc=colour if done else "white")
-        if name in references:
-            ax.hlines(references[name], xs[0], right, color=colour, ls="--", lw=0.9)
-            dashed = True
+    shared = _draw_references(ax, lines, references, right)
     ax.axhline(CHANCE_PERCENT, color="grey", ls=":", lw=1, label="chance (12.5 %)")
-    if dashed:
-        ax.plot([], [], color="grey", ls="--", lw=0.9, label=f"dashed: {reference_label} (same colour)")
+    if any(name in references for name, _, xs, _ in lines if xs.size):
+        where = "same colour; dark grey: shared by several runs" if shared else "same colour"
+        ax.plot([], [], color="grey", ls="--", lw=0.9, label=f"dashed: {reference_label} ({where})")
     ax.set_xlim(0, right)
     ax.set_ylim(0, 100)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
