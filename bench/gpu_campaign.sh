@@ -53,7 +53,16 @@ if (( DRY )); then
     CONFIG=$REPO/configs/table1_scl_tiny.yaml
     WORK=${CAMPAIGN_WORK:-$(mktemp -d /tmp/gpu-campaign-dry.XXXXXX)}
     OUT=${OUT:-$WORK/out}
-    BUDGETS=(${CAMPAIGN_BUDGETS:-12 400})
+    # The first slice must start runs and stop them unfinished. A run's start (its kernel importing torch and
+    # Lightning: ~7 s on a 2-core machine here, twice that when the machine is busy) decides how long that takes, so
+    # the first budget is 2.5 times an import measured now (at least 12 s): a fixed 12 s started no run at all on a
+    # loaded machine, and a longer fixed one let every run finish on a fast one.
+    if [[ -z ${CAMPAIGN_BUDGETS:-} ]]; then
+        first=$("$PY" -c 'import time; t = time.perf_counter(); import rpm_lib.training.run
+print(max(12, round(2.5 * (time.perf_counter() - t))))') || first=12
+        CAMPAIGN_BUDGETS="$first 400"
+    fi
+    BUDGETS=($CAMPAIGN_BUDGETS)
     DEVICES=()
     # The template path in the YAML is relative to the working folder: a private copy keeps the checkout clean.
     mkdir -p "$WORK/notebooks" && cp notebooks/03_train.ipynb "$WORK/notebooks/"
@@ -96,7 +105,14 @@ for number in "${!BUDGETS[@]}"; do
     status=$?
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
     mkdir -p "$(dirname "$STATE")"
-    rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
+    if ! "$PY" -c 'import sys; from rpm_lib.run_archive import find_runs
+sys.exit(0 if __import__("os").path.isdir(sys.argv[1]) and find_runs(sys.argv[1]) else 1)' "$RUNS"; then
+        # the budget ran out before any run began (data generation and start-up took it all): the state, if any,
+        # stays as it came, and the next slice starts the runs
+        echo "gpu_campaign: no run has begun yet; nothing to pack"
+    else
+        rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
+    fi
     if [[ $DRY == 1 ]]; then  # the next slice starts from the archive alone, as on a fresh machine
         rm -rf "$RUNS"
     fi
@@ -104,14 +120,18 @@ for number in "${!BUDGETS[@]}"; do
 done
 
 rm -f "$OUT"/state.tar.gz "$OUT"/state.tar.gz.part* "$OUT"/slice.tar.gz
-if (( $(stat -c %s "$STATE") > PART_BYTES )); then
+if [[ ! -f "$STATE" ]]; then
+    echo "gpu_campaign: no state to return (no run has begun)"
+elif (( $(stat -c %s "$STATE") > PART_BYTES )); then
     split -b "$PART_BYTES" -d -a 2 "$STATE" "$OUT/state.tar.gz.part"
 else
     cp "$STATE" "$OUT/state.tar.gz"
 fi
-[[ $DRY == 1 ]] && rpm-batch unpack "$STATE" --out "$RUNS"
-rpm-batch progress "$RUNS" | tee "$REPORTS/progress.md"
-rpm-batch progress "$RUNS" --json >"$REPORTS/progress.json"
+[[ $DRY == 1 && -f "$STATE" ]] && rpm-batch unpack "$STATE" --out "$RUNS"
+if [[ -d "$RUNS" ]]; then
+    rpm-batch progress "$RUNS" | tee "$REPORTS/progress.md"
+    rpm-batch progress "$RUNS" --json >"$REPORTS/progress.json"
+fi
 "$PY" - "$REPORTS/slice.json" "$status" "$STARTED" <<'PYTHON'
 import json, sys, time
 
@@ -129,6 +149,6 @@ json.dump({"device": device, "torch": torch.__version__, "opencv": cv2.__version
 PYTHON
 [[ -n $SMI ]] && kill "$SMI" 2>/dev/null && wait "$SMI" 2>/dev/null
 tar -czf "$OUT/slice.tar.gz" -C "$REPORTS" . && rm -rf "$REPORTS"
-echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $OUT ($(cd "$OUT" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"
+[[ -f "$STATE" ]] && echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $OUT ($(cd "$OUT" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"
 # 0 finished, 75 runs left for the next slice; anything else failed.
 [[ $status == 0 || $status == 75 ]] && exit 0 || exit "$status"

@@ -6,6 +6,7 @@ needs, ``--help`` has the rest.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import NoReturn
 
 
@@ -43,6 +44,15 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         return namespace
 
     def _exit_with(self, prog: str, message: str) -> NoReturn:
-        # a line break inside a value the message quotes (a path typed with one) would make it two lines
-        message = "\\n".join(message.splitlines())
-        self.exit(2, f"{prog}: error: {message} (see {prog} --help)\n")
+        self.exit(2, f"{prog}: error: {one_line(message)} (see {prog} --help)\n")
+
+
+def one_line(message: object) -> str:
+    """``message`` as one line: a line break inside a value it quotes (a path typed with one) is shown as ``\\n``,
+    so an error stays the one line a user reads and a script greps."""
+    return "\\n".join(str(message).splitlines())
+
+
+def print_error(prog: str, message: object) -> None:
+    """``<prog>: error: <message>`` on stderr, as one line: a command's error after its arguments were accepted."""
+    print(f"{prog}: error: {one_line(message)}", file=sys.stderr)

@@ -320,13 +320,17 @@ def _read_journal(partial: Path) -> tuple[set[int], list[tuple[str, str]]]:
     journal = partial / JOURNAL
     if not journal.exists():
         return done, skipped
-    for line in journal.read_text().splitlines():
+    for line in journal.read_text(errors="replace").splitlines():
+        # Any line that is not a whole entry (torn by a kill, or garbled) only means its chunk is made again.
         try:
             entry = json.loads(line)
-        except json.JSONDecodeError:
+            chunk = entry["chunk"]
+            reasons = [(str(path), str(reason)) for path, reason in entry["skipped"]]
+        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
             continue
-        done.add(int(entry["chunk"]))
-        skipped.extend((path, reason) for path, reason in entry["skipped"])
+        if isinstance(chunk, int) and not isinstance(chunk, bool):
+            done.add(chunk)
+            skipped.extend(reasons)
     return done, skipped
 
 
@@ -403,6 +407,32 @@ def prepare_cache(
     return Path(out)
 
 
+def cache_destination(out: str | Path) -> Path:
+    """Where a build into ``out`` puts its cache: ``out``, or the folder a symbolic link at ``out`` points to
+    (existing or not), so a link to a big scratch disk gets the cache there. The build works in a ``.partial``
+    folder beside the destination and renames it onto it: beside the link it would fill the link's disk, and no
+    rename can replace a link by a folder, so every build into a link failed at its very end, every time."""
+    out = Path(out)
+    return out.resolve() if out.is_symlink() else out
+
+
+def check_cache_fits(out: str | Path, rows: int, size: int, writer: str) -> None:
+    """Refuse (``NotEnoughSpaceError``, one line) a cache of ``rows`` rows at ``size`` px whose panels alone cannot
+    fit, before a caller lists its rows: ``rpm-generate --cache-size`` makes one record per requested problem, which
+    for a request far beyond the disk (10**8 problems per configuration) is gigabytes of memory and minutes of
+    silence before the build's own, exact check refuses it. A lower bound: what ``out`` and its ``.partial``
+    folder already hold counts as written, so a finished cache or an interrupted build is never refused here."""
+    out = cache_destination(out)
+    there = 0
+    for folder in (out, out.with_name(out.name + ".partial")):
+        if folder.is_dir() and not folder.is_symlink():
+            there += sum(f.stat().st_blocks * 512 for f in folder.iterdir() if f.is_file() and not f.is_symlink())
+    row = NUM_PANELS * size * size
+    needed = rows * row - there  # integers: a typed count of 10**400 must not overflow a float
+    if needed > 0:
+        check_free_space(out, needed, writer, f"{rows:,} problems to write, ~{row // 1000:,} kB each")
+
+
 def build_cache(out: str | Path, files: list[RawFile], plan: dict, source: Callable[[RawFile], RpmRecord], *,
                 kind: str = "raven", regime: dict | None = None, workers: int = 1, on_error: str = "stop",
                 progress: Callable[[int, int], None] | None = None, show_progress: bool = True,
@@ -427,7 +457,13 @@ def build_cache(out: str | Path, files: list[RawFile], plan: dict, source: Calla
         The rows converted by this call (0 when the cache was already complete).
     """
     spec = kind_spec(kind)
-    out = Path(out)
+    # file_ids.npy is int64, and a file name has no such limit (rpm-generate --start 2**63 writes one): named here,
+    # before anything is made, instead of an OverflowError from numpy half-way through allocating the build.
+    too_big = next((f for f in files if f.file_id > np.iinfo(np.int64).max), None)
+    if too_big is not None:
+        raise DataFormatError(f"{too_big.path}: problem index {too_big.file_id} is past 2**63 - 1, the largest a cache "
+                              "stores (int64)")
+    out = cache_destination(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # One writer per cache: a second writer into the same --out is refused, naming the first. The lock sits
     # beside <out> (which is built as <out>.partial and renamed), so the messages name <out>, not its parent.
@@ -449,7 +485,7 @@ def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[
             check_cache(out, manifest)  # "up to date" only for a cache that is also intact
             print(f"{out}: cache is complete and up to date", file=sys.stderr)
             if not _same_opencv(previous, plan):  # a finished cache is whole as it is: kept, but said
-                print(f"{out}: note: its pixels were {opencv_version.describe(previous[opencv_version.KEY])}; this "
+                print(f"{out}: note: its pixels were {opencv_version.describe(opencv_version.recorded(out))}; this "
                       f"OpenCV ({opencv_version.current()}) would make some pixels differently, so its data "
                       "fingerprint differs from a cache made here", file=sys.stderr)
             return 0
@@ -464,17 +500,23 @@ def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[
         else:
             raise DataFormatError(f"{out}: exists and is not an rpm_lib cache; refusing to overwrite it")
 
+    if partial.is_symlink() or (partial.exists() and not partial.is_dir()):
+        what = "a symbolic link" if partial.is_symlink() else "not a folder"
+        raise DataFormatError(f"{partial}: exists and is {what} ({writer} builds {out} in a folder there); remove it "
+                              "and rerun")
     if partial.exists():
-        try:
-            previous = json.loads((partial / PLAN).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            previous = None
-        if (previous is None or not _same_inputs(previous, plan) or not _same_opencv(previous, plan)
-                or previous.get("chunk_size") != chunk_size
-                or not _partial_meta_fits(partial, spec) or not (partial / CACHE_ARRAY).is_file()):
+        previous = _partial_plan(partial)
+        if previous is not None and (not _same_inputs(previous, plan) or not _same_opencv(previous, plan)
+                                     or previous.get("chunk_size") != chunk_size):
             print(f"{partial}: discarding an interrupted build of other inputs/settings", file=sys.stderr)
             _remove_partial(partial)
-        elif is_cache(partial):  # finished, killed before the rename
+        elif damage := (f"{PLAN}: missing or unreadable" if previous is None
+                        else _partial_damage(partial, spec, plan)):
+            print(f"{partial}: discarding an interrupted build that cannot be continued ({damage})", file=sys.stderr)
+            _remove_partial(partial)
+        elif is_cache(partial):  # finished, killed while tidying up or before the rename
+            for name in (PLAN, JOURNAL):
+                (partial / name).unlink(missing_ok=True)
             os.rename(partial, out)
             return 0
     # Memory-mapped outputs are sparse files: without this check a full disk shows up as SIGBUS mid-build.
@@ -561,13 +603,56 @@ def _source_regime(root: Path) -> dict | None:
         raise DataFormatError(str(error)) from None
 
 
-def _partial_meta_fits(partial: Path, spec: _Kind) -> bool:
-    """Whether an interrupted build's ``meta.npy`` has this version's build shape (else it is rebuilt)."""
-    try:
-        shape = _array_header(partial / "meta.npy")[0]
-    except (OSError, ValueError, EOFError):
-        return False
-    return tuple(shape[1:]) == spec.build_meta_shape
+def _partial_plan(partial: Path) -> dict | None:
+    """The plan an interrupted build was made for: its ``plan.json``, or, once it finished and was killed while
+    tidying up (plan gone, manifest written), its manifest's ``plan``; None when neither can be read."""
+    for name in (PLAN, MANIFEST):
+        try:
+            data = json.loads((partial / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and name == MANIFEST:
+            data = data.get("plan")
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def _partial_damage(partial: Path, spec: _Kind, plan: dict) -> str | None:
+    """Why an interrupted build of ``plan`` cannot be continued, or None: an array missing, unreadable, or not of
+    the shape and dtype this version's build makes (one from an older version), or shorter than its shape. A short
+    file must never be continued: numpy's ``r+`` memory map pads it with zeros, so the finished rows it lost would
+    become zero answers and hashes in a cache that looks whole. A finished build (manifest written) is checked as
+    a cache; one whose every chunk is journaled may already have its ``meta.npy`` trimmed to the plain rows."""
+    if is_cache(partial):
+        try:
+            check_cache(partial, read_manifest(partial))
+        except DataFormatError as error:
+            return str(error)
+        return None
+    n, size, chunk_size = plan["num_rows"], plan["image_size"], plan["chunk_size"]
+    finished = set(range(-(-n // chunk_size))) <= _read_journal(partial)[0]
+    meta_shapes = {(n, *spec.build_meta_shape)} | ({(n, *spec.meta_shape)} if finished else set())
+    expected = {
+        "panels.npy": (np.uint8, {(n, NUM_PANELS, size, size)}), "targets.npy": (np.int64, {(n,)}),
+        "meta.npy": (np.uint8, meta_shapes), "meta_target.npy": (np.uint8, {(n, spec.meta_target_dim)}),
+        "valid.npy": (np.bool_, {(n,)}), CACHE_ARRAY: (np.uint8, {(n, HASH_BYTES)}),
+        "groups.npy": (np.int16, {(n,)}), "splits.npy": (np.int8, {(n,)}), "file_ids.npy": (np.int64, {(n,)}),
+    }
+    for name, (dtype, shapes) in expected.items():
+        file = partial / name
+        if not file.is_file():
+            return f"{name}: missing"
+        try:
+            shape, found, offset = _array_header(file)
+        except (OSError, ValueError, EOFError) as error:
+            return f"{name}: not a readable .npy array ({str(error).splitlines()[0]})"
+        if tuple(shape) not in shapes or found != np.dtype(dtype):
+            return f"{name}: {found} {tuple(shape)}, not what this build makes"
+        needed = offset + int(np.prod(tuple(shape), dtype=np.int64)) * found.itemsize
+        if file.stat().st_size < needed:
+            return f"{name}: truncated to {file.stat().st_size} of its {needed} bytes"
+    return None
 
 
 def _trim_meta(partial: Path, spec: _Kind) -> int:
@@ -618,9 +703,11 @@ def _finish(partial: Path, out: Path, spec: _Kind, plan: dict, skipped: list[tup
         "problem_hashes": HASH_METHOD,
         "regime": regime,
     }
+    # The manifest first, then the tidying up: a build killed in between is found finished by the next run (its
+    # plan in the manifest), not discarded as one whose plan is unknown.
+    _write_json_atomic(partial / MANIFEST, manifest)
     for name in (PLAN, JOURNAL):
         (partial / name).unlink()
-    _write_json_atomic(partial / MANIFEST, manifest)
     os.rename(partial, out)
 
 
@@ -698,10 +785,13 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
     if not isinstance(manifest.get("regime"), (dict, type(None))):
         raise DataFormatError(f"{where}: field 'regime' must be the regime.json object or null, got "
                               f"{manifest['regime']!r}")
+    # A cache made by rpm-generate --cache-size has no raw folder to prepare again: name the command that made it.
+    rebuild = "rpm-generate --cache-size" if isinstance(manifest["plan"].get("generator"), dict) else "rpm-data prepare"
     for name, (dtype, shape) in expected.items():
         file = path / f"{name}.npy"
         if not file.is_file():
-            raise DataFormatError(f"{file}: missing (the cache is incomplete; rebuild it with `rpm-data prepare`)")
+            raise DataFormatError(f"{file}: missing (the cache is incomplete; delete it and rebuild it with "
+                                  f"`{rebuild}`)")
         try:
             found_shape, found_dtype, offset = _array_header(file)
         except (ValueError, OSError, EOFError) as error:
@@ -711,6 +801,10 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
             raise DataFormatError(f"{file}: shape {tuple(found_shape)}, but {MANIFEST} ({fields}) needs {shape}")
         if dtype is not None and found_dtype != np.dtype(dtype):
             raise DataFormatError(f"{file}: dtype {found_dtype}, expected {np.dtype(dtype)}")
+        # Any integer width is accepted for the ids and answers, nothing else: a float would be truncated into
+        # another id unseen, and an object array is a pickle (refused by np.load, as a traceback, below).
+        if dtype is None and not np.issubdtype(found_dtype, np.integer):
+            raise DataFormatError(f"{file}: dtype {found_dtype}, expected an integer array")
         needed = offset + int(np.prod(shape, dtype=np.int64)) * found_dtype.itemsize
         actual = file.stat().st_size
         if actual < needed:
@@ -725,6 +819,12 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
     if len(targets) and (targets.min() < 0 or targets.max() > 7):
         raise DataFormatError(f"{path / 'targets.npy'}: answer index outside 0..7 in a valid row")
     return arrays
+
+
+def _file_identity(path: Path) -> tuple[int, ...]:
+    """Device, inode, size and modification time of ``path``: any of them differs once it is replaced or rewritten."""
+    status = path.stat()
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns
 
 
 class CacheReader:
@@ -768,6 +868,8 @@ class CacheReader:
         self.meta_target = arrays["meta_target"]
         #: uint8 (N, 16) content hashes of the rows' original panels; None for a cache built before they existed.
         self.problem_hashes: np.ndarray | None = arrays.get("problem_hashes")
+        #: what ``panels.npy`` was when the labels were read: each process maps it anew (see ``panels``)
+        self._panels_identity: tuple[int, ...] | None = _file_identity(self.path / "panels.npy")
         self._panels: np.ndarray | None = None
         self._panels_pid: int | None = None
 
@@ -798,7 +900,20 @@ class CacheReader:
     def panels(self, row: int) -> np.ndarray:
         """uint8 (16, S, S) copy of a row (file answer order)."""
         if self._panels is None or self._panels_pid != os.getpid():
-            self._panels = np.load(self.path / "panels.npy", mmap_mode="r")
+            # A DataLoader worker maps the file when it starts (each epoch, without persistent workers), maybe long
+            # after the labels were read: a cache deleted and made again, or rewritten, since then would give its
+            # panels beside the old labels, silently. The process that mapped it first keeps the file it mapped.
+            file = self.path / "panels.npy"
+            try:
+                identity = _file_identity(file)
+            except FileNotFoundError:
+                identity = None
+            expected = getattr(self, "_panels_identity", identity)  # a reader pickled before the record existed
+            if identity != expected:
+                raise DataFormatError(f"{file}: changed since the dataset was opened (deleted, replaced or "
+                                      "rewritten); its labels were read from the old one, so the run cannot go on: "
+                                      "restart it")
+            self._panels = np.load(file, mmap_mode="r")
             self._panels_pid = os.getpid()
         return np.array(self._panels[row])
 

@@ -11,9 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 import rpm_lib.data.opencv_version as opencv_version
-from rpm_lib.cli_parser import OneLineArgumentParser
-from rpm_lib.data.cache import prepare_cache, read_manifest
+from rpm_lib.cli_parser import OneLineArgumentParser, print_error
+from rpm_lib.data.cache import check_cache, prepare_cache, read_manifest
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.raw_files import SPLITS
 from rpm_lib.data.resize import RESIZE_METHODS
@@ -43,25 +45,33 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _info(cache: Path) -> str:
+    """The summary of a cache, checked first as a reader checks it (``check_cache``: the manifest's fields and every
+    array against them), with its counts taken from its arrays: a hand-edited or damaged manifest gets the reader's
+    one-line error instead of a traceback, and never makes ``info`` report problems the cache does not hold."""
     manifest = read_manifest(cache)
+    arrays = check_cache(cache, manifest)
+    groups, splits, valid = arrays["groups"], arrays["splits"], arrays["valid"]
+    names = manifest["group_names"]  # checked: this version's groups of the kind
+    meta_rows = arrays["meta"].shape[1]
     size_bytes = sum(p.stat().st_size for p in cache.iterdir() if p.is_file())
     lines = [
         f"cache        {cache}",
         f"kind         {manifest['kind']}",
         f"image size   {manifest['image_size']} px ({manifest['resize']})",
-        f"source       {manifest['plan']['source_root']}",
+        f"source       {manifest['plan'].get('source_root', '(not recorded)')}",
         f"pixels       {opencv_version.describe(opencv_version.recorded(cache))}",
-        f"problems     {manifest['num_valid']} valid of {manifest['num_rows']} ({manifest['num_skipped']} skipped)",
-        *([f"labels       meta_matrix with {manifest['meta_rows']} rows"
-           + (" (I-RAVEN-Mesh: rows 8-11 the Mesh)" if manifest["meta_rows"] == 12 else "")]
+        f"problems     {int(valid.sum())} valid of {len(valid)} ({int((~valid).sum())} skipped)",
+        *([f"labels       meta_matrix with {meta_rows} rows"
+           + (" (I-RAVEN-Mesh: rows 8-11 the Mesh)" if meta_rows == 12 else "")]
           if manifest["kind"] == "raven" and "meta_rows" in manifest else []),
         f"disk         {size_bytes / 1e9:.2f} GB",
         "",
         "| group | " + " | ".join(SPLITS) + " |",
         "|---|" + "---:|" * len(SPLITS),
     ]
-    for group, counts in manifest["counts"].items():
-        lines.append(f"| {group} | " + " | ".join(str(counts[s]) for s in SPLITS) + " |")
+    for g in np.unique(groups):
+        counts = [int(((groups == g) & (splits == i) & valid).sum()) for i in range(len(SPLITS))]
+        lines.append(f"| {names[g]} | " + " | ".join(map(str, counts)) + " |")
     return "\n".join(lines)
 
 
@@ -79,12 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(_info(args.cache))
     except (DataFormatError, ValueError) as error:
-        print(f"rpm-data: error: {error}", file=sys.stderr)
+        print_error("rpm-data", error)
         return 2
     except (RuntimeError, OSError) as error:  # another writer, a dead worker, a full disk: work done is kept
         message = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         where = f" ({error.filename})" if isinstance(error, OSError) and error.filename else ""
-        print(f"rpm-data: error: {message}{where}", file=sys.stderr)
+        print_error("rpm-data", f"{message}{where}")
         return 1
     return 0
 

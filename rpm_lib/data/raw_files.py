@@ -75,6 +75,9 @@ def resolve_configurations(configurations: Sequence[str] | str | None) -> list[s
 
 def _check_root(root: Path) -> None:
     if root.is_dir():
+        if _is_cache(root):  # not raw data: a training cache is used as data_root as it is, never prepared again
+            raise DataFormatError(f"{root}: is a training cache, not a folder of problem files; use it as it is "
+                                  "(data_root=...), or prepare the raw folder it was made from")
         return
     partial = root.with_name(root.name + ".partial")
     if partial.is_dir():

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 import rpm_lib.data.opencv_version as opencv_version
-from rpm_lib.data.cache import build_cache, names_sha256
+from rpm_lib.data.cache import build_cache, check_cache_fits, names_sha256
 from rpm_lib.data.raw_files import RawFile, raven_source_id
 from rpm_lib.data.validation import RpmRecord, raven_record
 from rpm_lib.generator.api import generate_problem, problem_rng
@@ -33,6 +33,9 @@ from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
 #: The resize of a generated cache: ``rpm-data prepare``'s default, so both recipes give the same bytes.
 RESIZE = "area"
+
+#: The largest problem index a cache can hold: its ``file_ids.npy`` is int64.
+MAX_INDEX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -110,16 +113,22 @@ def generate_cache(
         ``{"total": ..., "skipped": ..., "written": ...}``: rows, rows already in the cache, rows made now.
 
     Raises:
-        ValueError: bad count / start / size / mode / split proportions.
+        ValueError: bad count / start / size / mode / split proportions, or indices past ``MAX_INDEX``.
         DataFormatError: ``out`` holds something else, or a cache of other settings (named in the message).
+        NotEnoughSpaceError: the cache cannot fit on the disk (checked before anything is listed or written).
     """
     if count < 1 or start < 0 or size < 1 or chunk_size < 1:
         raise ValueError(f"count, size and chunk_size must be >= 1 and start >= 0, got count={count}, "
                          f"start={start}, size={size}, chunk_size={chunk_size}")
+    if start + count - 1 > MAX_INDEX:
+        raise ValueError(f"problem indices start + count - 1 = {start + count - 1} go past 2**63 - 1, the largest "
+                         "a cache stores (int64)")
     regime = resolve_regime(regime)
     check_mode(mode, regime.mesh)
     split_of(0, val, test)  # checks the split proportions
     names = resolve_configurations(configurations)
+    # Before the rows are listed: one record each, which for a typo of a few extra zeros is more than the memory.
+    check_cache_fits(out, count * len(names), size, "rpm-generate")
     files = generated_files(names, count, start, val, test)
     settings = generator_settings(seed, mode, regime, val, test)
     # As JSON text and back: the manifest then holds what prepare_cache reads from the folder's regime.json.

@@ -23,11 +23,11 @@ import sys
 import time
 from typing import Sequence
 
-from rpm_lib.cli_parser import OneLineArgumentParser
+from rpm_lib.cli_parser import OneLineArgumentParser, print_error
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.folder_lock import NotEnoughSpaceError, UnsafeLockFileError, cap_workers, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
-from rpm_lib.generator.cache_writer import generate_cache
+from rpm_lib.generator.cache_writer import MAX_INDEX, generate_cache
 from rpm_lib.generator.candidates import MODES, check_mode
 from rpm_lib.generator.writer import REGIME_FILE, write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
@@ -120,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.cache_size is not None and args.cache_size < 1:
         parser.error(f"--cache-size must be >= 1, got {args.cache_size}")
+    if args.cache_size is not None and args.start + args.num_per_config - 1 > MAX_INDEX:
+        parser.error(f"--start {args.start} with --num-per-config {args.num_per_config} goes past problem index "
+                     "2**63 - 1, the largest a cache stores (int64)")
     problem = output_folder_problem(args.out)
     if problem:
         parser.error(f"--out: {problem}")
@@ -146,20 +149,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             summary = generate_cache(args.out, configurations, size=args.cache_size, **shared)
     except DataFormatError as error:  # --out holds something else, or a cache of other settings: nothing written
-        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        print_error("rpm-generate", error)
         return 2
     except UnsafeLockFileError as error:  # no problem written yet, and only the user can remove it: like bad options
-        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        print_error("rpm-generate", error)
         return 2
     except RuntimeError as error:
-        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        print_error("rpm-generate", error)
         return 1
     except NotEnoughSpaceError as error:  # checked before writing: nothing was written
-        print(f"rpm-generate: error: {error}", file=sys.stderr)
+        print_error("rpm-generate", error)
         return 1
     except OSError as error:  # e.g. the disk filled up anyway: finished problems stay, a rerun resumes
-        print(f"rpm-generate: error: {error.strerror or error} ({error.filename or args.out}); the problems "
-              "written so far are kept and a rerun of the same command resumes", file=sys.stderr)
+        print_error("rpm-generate", f"{error.strerror or error} ({error.filename or args.out}); the problems written so far are kept and "
+               "a rerun of the same command resumes")
         return 1
     seconds = time.perf_counter() - began
     rate = summary["written"] / seconds if seconds > 0 else 0.0

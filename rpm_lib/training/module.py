@@ -32,7 +32,7 @@ from rpm_lib.encoders import create_encoder
 from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
 from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
 from rpm_lib.training.batchnorm import recalibrate_batchnorm
-from rpm_lib.training.config import TrainConfig
+from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.distributed import gathered_mlcl_loss
 from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
@@ -71,6 +71,19 @@ def float32_matmul_precision(precision: str) -> Iterator[None]:
         torch.set_float32_matmul_precision(previous)
 
 
+
+def _encoder_of(config: TrainConfig) -> nn.Module:
+    """The run's encoder; one that cannot be built from the config's fields is a ``ConfigError`` naming them.
+
+    An encoder checks its own arguments when it is built (WReN's and HriNet's panel CNN needs at least 31 px; an
+    ``encoder_kwargs`` key the encoder does not take): ``rpm-train encoder=wren image_size=16`` ended in a traceback.
+    """
+    try:
+        return create_encoder(config.encoder, image_size=config.image_size, **config.encoder_kwargs)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"config fields 'encoder' ({config.encoder}), 'image_size' ({config.image_size}) and "
+                          f"'encoder_kwargs' ({config.encoder_kwargs}): {error}") from error
+
 class RpmModule(L.LightningModule):
     """Encoder + scoring head (+ rule head, + projection head), trained stage by stage.
 
@@ -90,7 +103,7 @@ class RpmModule(L.LightningModule):
         super().__init__()
         self.config = config
         self.num_rules = num_rules
-        self.encoder = create_encoder(config.encoder, image_size=config.image_size, **config.encoder_kwargs)
+        self.encoder = _encoder_of(config)
         if resolve_memory_format(config) == "channels_last":
             # 4-D weights in NHWC: cuDNN's (and oneDNN's) fast convolution layout; activations follow the weights.
             self.encoder = self.encoder.to(memory_format=torch.channels_last)

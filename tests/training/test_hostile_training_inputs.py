@@ -65,3 +65,16 @@ def test_a_cache_of_one_configuration_names_what_it_holds(tmp_path: Path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the cache has no 'distribute_four' problems" in err[0]
     assert "it holds center_single (choose those with configurations=)" in err[0]
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    (["encoder=wren", "image_size=16"], "FourLayerCNN: image_size 16 is too small for 4 stride-2 convs"),
+    (["encoder=scl", 'encoder_kwargs={"bogus": 1}'], "unexpected keyword argument 'bogus'"),
+])
+def test_an_encoder_that_cannot_be_built_from_the_config_is_one_line_naming_the_fields(
+        fields: list[str], says: str, tiny_iraven: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the encoder checks its arguments only when it is built, after the data were opened: a traceback before
+    assert rpm_train([f"data_root={tiny_iraven}", f"run_dir={tmp_path / 'run'}", "setup=ce", "max_steps=1",
+                      "progress_bar=false", *fields]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rpm-train: error: config fields 'encoder' (") and says in err[0], err
