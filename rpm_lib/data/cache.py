@@ -290,14 +290,17 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _allocate(partial: Path, spec: _Kind, files: list[RawFile], size: int, plan: dict) -> None:
-    """Create the partial folder: row index arrays, empty memory-mapped outputs, then the plan."""
-    partial.mkdir(parents=True)
-    n = len(files)
-    np.save(partial / "groups.npy", np.array([spec.groups.index(f.group) for f in files], dtype=np.int16))
-    np.save(partial / "splits.npy", np.array([SPLITS.index(f.split) for f in files], dtype=np.int8))
-    np.save(partial / "file_ids.npy", np.array([f.file_id for f in files], dtype=np.int64))
-    outputs = {
+#: The arrays of a build that ``_allocate`` writes whole from the file list (the rest are filled chunk by chunk).
+_INDEX_ARRAYS = ("groups.npy", "splits.npy", "file_ids.npy")
+
+
+def _build_layout(n: int, size: int, spec: _Kind) -> dict[str, tuple[type, tuple[int, ...]]]:
+    """Every array of a build of ``n`` rows at ``size`` px, as file name -> (dtype, shape): what ``_allocate``
+    makes and what an interrupted build must still hold to be continued (``_partial_damage``)."""
+    return {
+        "groups.npy": (np.int16, (n,)),
+        "splits.npy": (np.int8, (n,)),
+        "file_ids.npy": (np.int64, (n,)),
         "panels.npy": (np.uint8, (n, NUM_PANELS, size, size)),
         "targets.npy": (np.int64, (n,)),
         "meta.npy": (np.uint8, (n, *spec.build_meta_shape)),
@@ -305,6 +308,18 @@ def _allocate(partial: Path, spec: _Kind, files: list[RawFile], size: int, plan:
         "valid.npy": (np.bool_, (n,)),
         CACHE_ARRAY: (np.uint8, (n, HASH_BYTES)),
     }
+
+
+def _allocate(partial: Path, spec: _Kind, files: list[RawFile], size: int, plan: dict) -> None:
+    """Create the partial folder: row index arrays, empty memory-mapped outputs, then the plan."""
+    partial.mkdir(parents=True)
+    layout = _build_layout(len(files), size, spec)
+    index_values = {"groups.npy": [spec.groups.index(f.group) for f in files],
+                    "splits.npy": [SPLITS.index(f.split) for f in files],
+                    "file_ids.npy": [f.file_id for f in files]}
+    for name in _INDEX_ARRAYS:
+        np.save(partial / name, np.array(index_values[name], dtype=layout[name][0]))
+    outputs = {name: layout[name] for name in layout if name not in _INDEX_ARRAYS}
     for name, (dtype, shape) in outputs.items():
         array = np.lib.format.open_memmap(partial / name, mode="w+", dtype=dtype, shape=shape)
         array.flush()
@@ -632,13 +647,9 @@ def _partial_damage(partial: Path, spec: _Kind, plan: dict) -> str | None:
         return None
     n, size, chunk_size = plan["num_rows"], plan["image_size"], plan["chunk_size"]
     finished = set(range(-(-n // chunk_size))) <= _read_journal(partial)[0]
-    meta_shapes = {(n, *spec.build_meta_shape)} | ({(n, *spec.meta_shape)} if finished else set())
-    expected = {
-        "panels.npy": (np.uint8, {(n, NUM_PANELS, size, size)}), "targets.npy": (np.int64, {(n,)}),
-        "meta.npy": (np.uint8, meta_shapes), "meta_target.npy": (np.uint8, {(n, spec.meta_target_dim)}),
-        "valid.npy": (np.bool_, {(n,)}), CACHE_ARRAY: (np.uint8, {(n, HASH_BYTES)}),
-        "groups.npy": (np.int16, {(n,)}), "splits.npy": (np.int8, {(n,)}), "file_ids.npy": (np.int64, {(n,)}),
-    }
+    expected = {name: (dtype, {shape}) for name, (dtype, shape) in _build_layout(n, size, spec).items()}
+    if finished:  # _trim_meta may already have cut meta.npy to the plain rows
+        expected["meta.npy"][1].add((n, *spec.meta_shape))
     for name, (dtype, shapes) in expected.items():
         file = partial / name
         if not file.is_file():
