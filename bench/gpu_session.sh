@@ -8,12 +8,14 @@
 #
 # SESSION_SECOND=linear-eval puts the linear-evaluation probe (docs/linear-evaluation.md, ~4 min on the
 # campaign's data) in the profile's place; give the slice less then: SESSION_CAMPAIGN_SECONDS=300.
-# SESSION_SECOND=concurrency measures one training run against two at once (~3 min; SESSION_CAMPAIGN_SECONDS=360).
+# SESSION_SECOND=concurrency measures one training run against two at once, for CE+AUX-sparse and then MLCL+AUG
+# (issue 20's two throughput targets), 45 s of training each (SESSION_CONCURRENCY_BUDGET); a setup starts only when
+# ~2 x (45 + 40) s are left: SESSION_CAMPAIGN_SECONDS=300 leaves time for both (~4.5 min), 360 for the first.
 #
 # $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
 # slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files:
 # profile_{eager,step_cudagraphs,fp32_tf32}.log and profile_*/profile.json; or linear_eval/pretrain.json, history.csv,
-# probe.json, probe.txt; or concurrent/concurrent_runs.{md,json}).
+# probe.json, probe.txt; or concurrent_<setup>/concurrent_runs.{md,json}).
 set -uo pipefail
 for arg in "$@"; do
     case $arg in
@@ -56,10 +58,19 @@ if [[ $SECOND == linear-eval ]]; then
         --num-workers 8 --out "$X/probe.json" >"$X/probe.txt" 2>&1
     tail -c 4000 "$X/probe.txt" 2>/dev/null
 elif [[ $SECOND == concurrency ]]; then
-    # one CE+AUX-sparse run against two at once, 60 s of training each (~3 min; bench/bench_concurrent_runs.py)
-    timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --runs 1,2 --train-budget 60 \
-        --out /tmp/session-extras/concurrent 2>&1 | tail -12
-    find /tmp/session-extras/concurrent -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+    # per setup, one run against two at once (bench/bench_concurrent_runs.py), side by side in this call; a setup
+    # is started only when it can end in time: two rounds of training plus each round's start-up (~40 s)
+    budget=${SESSION_CONCURRENCY_BUDGET:-45}
+    for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
+        left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
+        if (( left < 2 * (budget + 40) )); then
+            echo "gpu_session: concurrency of $setup skipped: ${left} s left"
+            break
+        fi
+        timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --setup "$setup" --runs 1,2 \
+            --train-budget "$budget" --out "/tmp/session-extras/concurrent_$setup" 2>&1 | tail -12
+        find "/tmp/session-extras/concurrent_$setup" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+    done
 elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then
     # Two profiles side by side on the campaign's data: the step eager, then with its whole forward compiled and
     # replayed as CUDA graphs (compile=true compile_scope=step compile_mode=reduce-overhead), each as the bare step
