@@ -86,7 +86,7 @@ from typing import Any
 
 import yaml
 
-from rpm_lib.cli_parser import OneLineArgumentParser
+from rpm_lib.cli_parser import OneLineArgumentParser, print_error
 from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs, stage_views
 from rpm_lib.notebook_execution import execute_notebook
 from rpm_lib.run_progress import UNFINISHED_EXIT_CODE, stopped_by_budget
@@ -484,9 +484,12 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
     """
     run_dir = run_dir_of(out, spec).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.json").write_text(json.dumps(
-        {"name": spec.name, "grid": spec.grid, "labels": spec.labels, "parameters": spec.parameters,
-         "template": str(config.template), "then": [str(p) for p in config.then]}, indent=2, default=str))
+    # A finished run's run.json describes the run its metrics.json came from: a batch run again after its YAML was
+    # edited (another lr) reaches a finished run only to redo a failed `then` notebook, and must not relabel it.
+    if not ((run_dir / FINISHED_MARKER).is_file() and (run_dir / "run.json").is_file()):
+        (run_dir / "run.json").write_text(json.dumps(
+            {"name": spec.name, "grid": spec.grid, "labels": spec.labels, "parameters": spec.parameters,
+             "template": str(config.template), "then": [str(p) for p in config.then]}, indent=2, default=str))
     if cuda_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_devices
     if threads is not None:
@@ -567,7 +570,11 @@ def _run_prepare(config: BatchConfig, dry_run: bool, log) -> None:
 
 def gather_results(out: str | Path) -> dict[str, Path]:
     """Write the batch folder's tables (``rpm_lib.results.write_tables``: results.csv, table1.csv, table1.md and,
-    when runs report extra test sets, test_sets.csv)."""
+    when runs report extra test sets, test_sets.csv).
+
+    Run folders may come from other machines: one that is damaged, contradicts its run.json, or is a symbolic link
+    never stops the gather (``--gather`` and the end of a batch would lose every other run to its traceback); it
+    is left out of Table 1 and named, with why, under the table in table1.md (which both print)."""
     from rpm_lib import results
 
     return results.write_tables(results.load_runs(out), out)
@@ -999,7 +1006,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gather:
         if not Path(args.gather).is_dir():
             parser.error(f"--gather: batch folder {args.gather} does not exist")
-        for key, p in gather_results(args.gather).items():
+        try:
+            written = gather_results(args.gather)
+        except OSError as error:  # a shared folder one may read but not write: what and where, no traceback
+            print_error("rpm-batch", f"--gather: {error.strerror or error} ({error.filename or args.gather}); the "
+                        "tables are written into the batch folder: gather a copy of it that you can write to")
+            return 1
+        for key, p in written.items():
             print(f"{key}: {p}")
         print(Path(args.gather, "table1.md").read_text())
         return 0

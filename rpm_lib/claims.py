@@ -13,8 +13,12 @@ Verdicts compare mean test accuracies (percent, the paper's Average over configu
 * ``does not hold``: zero or reversed.
 
 The standard error of a difference of seed means is ``sqrt(s_a^2/n_a + s_b^2/n_b)`` (sample std over
-seeds); with one seed on a side its binomial error ``sqrt(p (1 - p) / N)`` over the N test problems is
-used instead.
+seeds); with one seed on a side, or seeds of identical accuracy (std 0: a model that collapsed to one answer,
+or one run copied), its binomial error ``sqrt(p (1 - p) / N)`` over the N test problems is used instead, so
+that no difference "holds" on a zero error.
+
+Rows are matched by setup (``row_key``): rows of several encoders, or of one setup split by a setting
+(``rpm_lib.results.table1``), are refused rather than one of them picked; check each encoder's rows apart.
 """
 from __future__ import annotations
 
@@ -77,10 +81,15 @@ def row_key(row: Table1Row) -> str:
 
 
 def _standard_error(row: Table1Row, num_test: int) -> float:
-    if len(row.seeds) > 1 and not math.isnan(row.std):
+    if len(row.seeds) > 1 and not math.isnan(row.std) and row.std > 0:
         return row.std / math.sqrt(len(row.seeds))
     p = row.average / 100.0
     return 100.0 * math.sqrt(max(p * (1 - p), 1e-12) / num_test)
+
+
+def _described(row: Table1Row) -> str:
+    group = ", ".join(f"{k}={v}" for k, v in sorted(row.group.items()))
+    return f"{row.encoder} {row.setup}" + (f" [{group}]" if group else "")
 
 
 def check_claims(rows: Iterable[Table1Row], num_test: int, claims: Sequence[Claim] = CLAIMS,
@@ -96,8 +105,19 @@ def check_claims(rows: Iterable[Table1Row], num_test: int, claims: Sequence[Clai
 
     Returns:
         One :class:`ClaimCheck` per (claim, rival), in order.
+
+    Raises:
+        ValueError: ``num_test`` below 1, or two rows with one key (e.g. SCL's and CoPINet's CE rows).
     """
-    by_key = {row_key(r): r for r in rows}
+    if not isinstance(num_test, int) or num_test < 1:
+        raise ValueError(f"check_claims: num_test must be the number of test problems per run (>= 1), got {num_test!r}")
+    by_key: dict[str, Table1Row] = {}
+    for row in rows:
+        key = row_key(row)
+        if key in by_key:
+            raise ValueError(f"check_claims: two rows for {key!r} ({_described(by_key[key])}; {_described(row)}): "
+                             "pass the rows of one encoder and one setting at a time")
+        by_key[key] = row
     out = []
     for claim in claims:
         for worse in claim.worse:
@@ -137,7 +157,9 @@ class ReproductionReport:
         reference: MLCL+AUG restricted to the ablations' seed(s): what each ablation is compared with.
         checks: :func:`check_claims` on all of them.
         num_test: test problems per run.
-        finished, total: run counts; ``seed_values``: row key -> per-seed average accuracies (percent).
+        finished, total: run counts; ``seed_values``: row key -> per-seed average accuracies (percent; a seed
+            copied twice counted once, as in the rows).
+        left_out: Markdown naming each run that is not counted (unfinished, failed, damaged), and why.
     """
 
     setups: list[Table1Row]
@@ -148,6 +170,7 @@ class ReproductionReport:
     finished: int
     total: int
     seed_values: dict[str, list[float]]
+    left_out: str = ""
 
 
 #: Ablation variants of ``configs/reproduction_cpu.yaml`` (labels of its ``variant`` axis).
@@ -163,17 +186,26 @@ def reproduction_report(batch_dir) -> ReproductionReport:
     main = [r for r in done if r.grid == "main"]
     ablation = [r for r in done if r.grid == "ablation"]
     ablation_seeds = {r.seed for r in ablation} or {"0"}
-    setups, ablations = results.table1(main), results.table1(ablation)
-    reference = results.table1([r for r in main if r.setup == "mlcl_aug" and r.seed in ablation_seeds])
+    excluded: list[tuple[results.RunRecord, str]] = []  # runs whose metrics.json contradicts their run.json
+    setups, ablations = results.table1(main, excluded=excluded), results.table1(ablation, excluded=excluded)
+    main = [r for r in main if r.conflict is None]
+    # any spelling of the setup label ("mlcl_aug", "MLCL+AUG"): the ablations are compared with their own seed(s)
+    reference = results.table1([r for r in main if results.canonical_setup(r.setup) == "MLCL+AUG"
+                                and r.seed in ablation_seeds])
     num_test = max((int(r.metrics.get("test_num_samples", 0)) for r in done), default=0) or 1
     by_variant = {f"MLCL+AUG {v}": reference[0] for v in ABLATION_VARIANTS} if reference else {}
     seed_values: dict[str, list[float]] = {}
-    for record in main + ablation:
+    seen: set[tuple[str, str]] = set()
+    for record in main + [r for r in ablation if r.conflict is None]:
         key = _key(results.canonical_setup(record.setup), record.labels.get("variant"))
+        if (key, record.seed) in seen:  # a run folder copied twice: table1 names the copy in the row's notes
+            continue
+        seen.add((key, record.seed))
         seed_values.setdefault(key, []).append(results.run_accuracies(record.metrics)["Average"])
+    left_out = results.left_out_markdown(records, excluded)
     return ReproductionReport(setups, ablations, reference,
                               check_claims(setups + ablations, num_test, reference=by_variant), num_test,
-                              len(done), len(records), seed_values)
+                              len(done), len(records), seed_values, left_out)
 
 
 def report_markdown(report: ReproductionReport) -> str:
@@ -183,7 +215,7 @@ def report_markdown(report: ReproductionReport) -> str:
     seeds = ", ".join(sorted({s for row in report.reference for s in row.seeds})) or "–"
     return "\n".join([
         f"{report.finished} of {report.total} runs finished; {report.num_test} test problems per run; "
-        "accuracies in percent.", "",
+        "accuracies in percent." + ("\n" + report.left_out.rstrip("\n") if report.left_out else ""), "",
         "### Setups (mean ± std over seeds)", "", results.table1_markdown(report.setups, with_paper=True), "",
         f"### MLCL+AUG ablations (seed {seeds})", "",
         results.table1_markdown(report.reference + report.ablations, with_paper=False), "",

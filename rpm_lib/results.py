@@ -11,11 +11,26 @@ Accuracies are reported in **percent** everywhere in this module (the paper's un
 Table 1's "Average ± Std" is, per (encoder, setup): for each seed the mean of the 7 per-configuration
 test accuracies, then the mean and the sample standard deviation (ddof=1) of those averages over seeds.
 The per-configuration columns are means over seeds.
+
+Run folders come from other machines and other people, so nothing in them is trusted (``load_runs``):
+
+* a folder whose records cannot be read (an accuracy that is no fraction, a field of the wrong shape) gets the
+  status ``damaged: <file>: <why>``; a symbolic link to a run folder is not followed (``skipped: ...``);
+* a finished run whose ``metrics.json`` trained with another setup, encoder, seed or setting than its ``run.json``
+  or ``config.yaml`` asks for keeps the status ``done`` with a ``conflict``: ``table1`` refuses it (or, for
+  ``write_tables``, leaves it out and names it), and so does ``ablation_series``;
+* ``table1`` never averages runs that were trained or tested differently (settings recorded in ``metrics.json``
+  ``config``, the dataset, the test set's regime and size, the configurations present): such runs get a row each,
+  with the setting in the Group column; a seed counted twice (a copied folder) counts once; the paper's numbers
+  are only set beside linear-evaluation / supervised runs on I-RAVEN (a note when configurations are missing);
+* ``write_tables`` (``rpm-batch --gather``) names under the table every run it leaves out, and why.
 """
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,6 +161,11 @@ class RunRecord:
         parameters: the notebook parameters the run was executed with.
         metrics: the parsed ``metrics.json`` (``None`` when the run has not finished).
         error: content of ``error.txt`` (``None`` when the run did not fail).
+        problem: why the run cannot be counted: ``damaged: <file>: <why>`` (a record that cannot be read) or
+            ``skipped: <why>`` (a symbolic link, a folder that cannot be listed); ``None`` for a sound folder.
+        conflict: why a finished run's ``metrics.json`` is not the result of the run its ``run.json`` /
+            ``config.yaml`` describe (``_contradiction``); ``None`` when they agree.
+        folder: how tables name the folder: its path below the gathered folder (``load_runs``), else its name.
     """
 
     run_dir: Path
@@ -155,25 +175,46 @@ class RunRecord:
     parameters: dict[str, Any]
     metrics: dict[str, Any] | None = None
     error: str | None = None
+    problem: str | None = None
+    folder: str = ""
+    conflict: str | None = None
 
     @property
     def status(self) -> str:
-        """``"done"`` (metrics present), ``"failed"`` (error recorded) or ``"pending"``."""
+        """``"done"`` (metrics present), ``"failed"`` (error recorded), ``"pending"``, or ``"damaged"`` /
+        ``"skipped"`` (see ``problem``)."""
+        if self.problem is not None:
+            return self.problem.split(":", 1)[0]
         if self.metrics is not None:
             return "done"
         return "failed" if self.error is not None else "pending"
 
+    def _recorded(self, key: str) -> str:
+        """A label, else the run.json parameter, else what metrics.json says the run trained with, else ``?``
+        (a grid that leaves ``encoder`` to the template's default labels no encoder)."""
+        if key in self.labels:
+            return self.labels[key]
+        if key in self.parameters:
+            return str(self.parameters[key])
+        trained = _trained_with(self.metrics)
+        return str(trained[key]) if key in trained else "?"
+
     @property
     def encoder(self) -> str:
-        return str(self.labels.get("encoder", self.parameters.get("encoder", "?")))
+        return self._recorded("encoder")
 
     @property
     def setup(self) -> str:
         """The setup label; ``+FT`` appended for a run whose final weights were fine-tuned (metrics.json
-        ``protocol``), so a fine-tuned MLCL run never lands in (or is compared with) a linear-evaluation row."""
-        name = str(self.labels.get("setup", self.parameters.get("setup", "?")))
+        ``protocol``), so a fine-tuned MLCL run never lands in (or is compared with) a linear-evaluation row;
+        `` (<protocol>)`` for any other protocol but linear evaluation and supervised training, e.g. a contrastive
+        run whose linear evaluation never ran (``untrained_head``: ``max_total_epochs`` left it no epoch), whose
+        number measures a random head, not the encoder."""
+        name = self._recorded("setup")
         if self.protocol == "fine_tuned" and not canonical_setup(name).endswith("+FT"):
             return f"{name}+FT"
+        if self.protocol not in (None, "fine_tuned", "linear_evaluation", "supervised"):
+            return f"{canonical_setup(name)} ({_clean(self.protocol)})"
         return name
 
     @property
@@ -188,13 +229,124 @@ class RunRecord:
 
     @property
     def seed(self) -> str:
-        return str(self.labels.get("seed", self.parameters.get("seed", "?")))
+        return self._recorded("seed")
+
+
+#: The most bytes a run's JSON record may have: metrics.json is a few hundred KiB at most (rule metrics per slot);
+#: a larger file (a shared folder's mistake, or a trap) is refused before it is read into memory.
+MAX_RECORD_BYTES = 64 * 2**20
+
+#: Files that make a folder a run folder (what ``rpm-batch progress`` lists too: a started or unfinished
+#: ``rpm-train`` run has ``config.yaml`` / ``progress.json`` but neither ``run.json`` nor ``metrics.json``).
+RUN_RECORDS: tuple[str, ...] = ("run.json", "metrics.json", "progress.json", "config.yaml")
+
+#: TrainConfig fields that say how or where a run ran, not what it trained: ``run.json`` may differ from
+#: ``metrics.json`` there (a batch moved to another machine, resumed with other workers) and seeds may differ
+#: there within one Table 1 row. Every other recorded field must agree (``load_run``) / separates rows (``table1``).
+NOT_COMPARED: frozenset[str] = frozenset({
+    "run_dir", "seed", "resume", "overwrite", "progress_bar", "save_predictions", "log_every_n_steps", "logger",
+    "time_budget", "data_root", "data_check", "test_data_roots", "generate", "generate_workers", "num_workers",
+    "accelerator", "devices", "num_nodes", "strategy", "precision", "matmul_precision", "memory_format",
+    "deterministic", "fused_adam", "compile", "compile_scope", "compile_mode",
+})
+
+
+def _clean(text: Any) -> str:
+    """``text`` fit for one table cell and a UTF-8 file: bytes of a folder name that are not UTF-8, or a lone
+    surrogate spelled in JSON (``"\\udcff"``), shown escaped; line breaks and other control characters as spaces
+    (a label with a line break split its table1.md row in two)."""
+    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029]", " ", text)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     from rpm_lib.json_files import read_object
 
+    size = path.stat().st_size
+    if size > MAX_RECORD_BYTES:
+        raise ValueError(f"{path}: {size / 2**20:.0f} MiB, more than a run's record can be "
+                         f"({MAX_RECORD_BYTES / 2**20:.0f} MiB); not read")
     return read_object(path)
+
+
+def _trained_with(metrics: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What ``metrics.json`` says the run trained with: its ``config``, with the top-level ``encoder``, ``setup``
+    and ``seed`` that training writes beside it."""
+    metrics = metrics or {}
+    config = metrics.get("config")
+    trained = dict(config) if isinstance(config, Mapping) else {}
+    trained.update({k: metrics[k] for k in ("encoder", "setup", "seed") if k in metrics})
+    return trained
+
+
+def _same(key: str, asked: Any, trained: Any) -> bool:
+    """Whether a run.json value and the value metrics.json records are the same setting (numbers by value, names
+    in any spelling); lists and mappings are not compared (training normalises them, e.g. configuration names)."""
+    if key == "encoder":
+        return canonical_encoder(str(asked)) == canonical_encoder(str(trained))
+    if key == "setup":
+        return canonical_setup(str(asked)) == canonical_setup(str(trained))
+    numbers = (int, float)
+    if isinstance(asked, numbers) and isinstance(trained, numbers) and not isinstance(asked, bool) \
+            and not isinstance(trained, bool):
+        return math.isclose(float(asked), float(trained), rel_tol=1e-9, abs_tol=0.0)
+    if isinstance(asked, (list, dict)) or isinstance(trained, (list, dict)):
+        return True
+    return asked == trained
+
+
+def _contradiction(run_dir: Path, labels: Mapping[str, str], parameters: Mapping[str, Any],
+                   metrics: Mapping[str, Any], source: str = "run.json") -> str | None:
+    """Why ``metrics.json`` is not the result of the run ``source`` (``run.json``'s labels and parameters, or the
+    run's ``config.yaml``) describes, or None.
+
+    E.g. the batch YAML's ``lr`` changed and the batch was run again: finished runs are skipped, their run.json
+    rewritten with the new parameters, their metrics.json still those of the old ``lr``; or a metrics.json copied
+    into another seed's folder. Labels are checked where they name a known encoder / setup or a seed number (a grid
+    may label values with any text)."""
+    trained = _trained_with(metrics)
+    asked: dict[str, Any] = {k: v for k, v in parameters.items() if k not in NOT_COMPARED or k == "seed"}
+    for key in ("encoder", "setup"):
+        label = labels.get(key)
+        known = ENCODER_NAMES.values() if key == "encoder" else SETUP_LABELS
+        if label is not None and (canonical_encoder if key == "encoder" else canonical_setup)(label) in known:
+            asked.setdefault(key, label)
+    if re.fullmatch(r"\d+", labels.get("seed", "")):
+        asked.setdefault("seed", int(labels["seed"]))
+    for key, value in asked.items():
+        if key in trained and not _same(key, value, trained[key]):
+            return (f"{run_dir / 'metrics.json'}: trained with {key}={trained[key]!r}, but {run_dir / source} "
+                    f"asks for {key}={value!r} (results of an earlier run in this folder, or a copied file?)")
+    return None
+
+
+def _config_yaml(run_dir: Path) -> dict[str, Any]:
+    """The run's ``config.yaml`` (written when training starts, kept with a finished run's results), or ``{}`` when
+    it is absent or unreadable: it only serves to check ``metrics.json`` (``_contradiction``), the numbers come from
+    ``metrics.json``. ``yaml.safe_load``: a shared folder's file must not build Python objects."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
+            return {}
+        value = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
+    """Raise ValueError (naming ``where`` and the field) when ``metrics.json`` cannot be counted: its test
+    accuracies (``run_accuracies``), ``config``, ``test_num_samples`` or ``test_sets`` of the wrong shape."""
+    run_accuracies(metrics, "test", where)
+    if "config" in metrics and not isinstance(metrics["config"], Mapping):
+        raise ValueError(f"{where}: config must be an object, got {type(metrics['config']).__name__}")
+    size = metrics.get("test_num_samples")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise ValueError(f"{where}: test_num_samples must be a count of problems, got {size!r}")
+    for entry in _test_sets(metrics, where):
+        _set_accuracies(entry, where)
 
 
 def load_run(run_dir: str | Path) -> RunRecord:
@@ -202,35 +354,102 @@ def load_run(run_dir: str | Path) -> RunRecord:
 
     A folder without ``run.json`` (e.g. a single ``rpm-train`` / ``03_train`` run) is accepted: its labels
     are then taken from ``config.yaml`` / ``metrics.json`` when present, else left empty.
+
+    A finished run whose ``metrics.json`` cannot be counted (no fraction for an accuracy, a field of the wrong
+    shape) is returned with the status ``damaged``; one whose ``metrics.json`` contradicts ``run.json`` or
+    ``config.yaml`` with a ``conflict``.
+
+    Raises:
+        ValueError: ``run.json`` or ``metrics.json`` is not a JSON object of the expected shape (one line naming
+            the file), or is larger than ``MAX_RECORD_BYTES``.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run folder {run_dir} does not exist")
     info = _read_json(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
+    for key in ("labels", "parameters"):
+        if not isinstance(info.get(key, {}), dict):
+            raise ValueError(f"{run_dir / 'run.json'}: '{key}' must be an object, got {type(info[key]).__name__}")
+    odd = [k for k, v in info.get("labels", {}).items() if isinstance(v, (list, dict))]
+    if odd:
+        raise ValueError(f"{run_dir / 'run.json'}: label '{odd[0]}' must be a text or a number")
     metrics = _read_json(run_dir / "metrics.json") if (run_dir / "metrics.json").is_file() else None
-    error = (run_dir / "error.txt").read_text() if (run_dir / "error.txt").is_file() else None
+    # error.txt holds a notebook's traceback, whose bytes need not be UTF-8
+    error = (run_dir / "error.txt").read_bytes().decode("utf-8", "replace") if (run_dir / "error.txt").is_file() \
+        else None
     parameters = dict(info.get("parameters", {}))
     if not parameters and metrics is not None and isinstance(metrics.get("config"), dict):
         parameters = dict(metrics["config"])
-    labels = {str(k): str(v) for k, v in info.get("labels", {}).items()}
+    labels = {_clean(k): _clean(v) for k, v in info.get("labels", {}).items()}
+    problem = conflict = None
+    if metrics is not None:
+        try:
+            _check_metrics(metrics, str(run_dir / "metrics.json"))
+        except ValueError as exc:
+            problem = str(exc)
+        conflict = (_contradiction(run_dir, labels, dict(info.get("parameters", {})), metrics)
+                    or _contradiction(run_dir, {}, _config_yaml(run_dir), metrics, source="config.yaml"))
     return RunRecord(
         run_dir=run_dir,
-        name=str(info.get("name", run_dir.name)),
-        grid=str(info.get("grid", "main")),
+        name=_clean(info.get("name", run_dir.name)),
+        grid=_clean(info.get("grid", "main")),
         labels=labels,
         parameters=parameters,
         metrics=metrics,
         error=error,
+        problem=None if problem is None else _clean(f"damaged: {problem}"),
+        folder=_clean(run_dir.name),
+        conflict=None if conflict is None else _clean(conflict),
     )
 
 
+#: ``problem`` of a symbolic link to a run folder (``load_runs`` does not follow links, as ``rpm-batch progress``).
+SYMLINK_PROBLEM = "skipped: a symbolic link (not followed; copy the run folder here to count it)"
+
+
 def load_runs(batch_dir: str | Path) -> list[RunRecord]:
-    """Every run folder below ``batch_dir`` (a folder holding ``run.json`` or ``metrics.json``), sorted by path."""
+    """Every run folder below ``batch_dir`` (a folder holding one of ``RUN_RECORDS``), sorted by path.
+
+    One folder never stops the others: a folder whose records cannot be read is returned with the status
+    ``damaged`` (``problem`` says which file and why); a symbolic link to a run folder (links in a shared folder may
+    lead anywhere, or loop) and a folder that cannot be listed (its permissions) with the status ``skipped``, so
+    that tables name them instead of losing them (``Path.rglob`` passes both over without a word).
+    """
     batch_dir = Path(batch_dir)
     if not batch_dir.is_dir():
         raise FileNotFoundError(f"batch folder {batch_dir} does not exist")
-    run_dirs = {p.parent for pattern in ("run.json", "metrics.json") for p in batch_dir.rglob(pattern)}
-    return [load_run(d) for d in sorted(run_dirs)]
+    run_dirs: set[Path] = set()
+    skipped: dict[Path, str] = {}
+    unlisted: list[OSError] = []
+    for folder, dirs, files in os.walk(batch_dir, onerror=unlisted.append):  # links are not followed
+        here = Path(folder)
+        if any(name in files for name in RUN_RECORDS):
+            run_dirs.add(here)
+        for name in dirs:
+            if (here / name).is_symlink() and any((here / name / record).is_file() for record in RUN_RECORDS):
+                skipped[here / name] = SYMLINK_PROBLEM
+    for error in unlisted:
+        skipped[Path(error.filename)] = (f"skipped: {error.filename}: cannot be listed ({error.strerror}); no run "
+                                         "below it is counted")
+    records = []
+    for run_dir in sorted(run_dirs | set(skipped)):
+        shown = _clean(run_dir.relative_to(batch_dir).as_posix()) if run_dir != batch_dir else "."
+        if run_dir in skipped:
+            records.append(RunRecord(run_dir, _clean(run_dir.name), "?", {}, {}, problem=_clean(skipped[run_dir]),
+                                     folder=shown))
+            continue
+        try:
+            record = load_run(run_dir)
+        except (ValueError, OSError) as exc:
+            from rpm_lib.json_files import read_object_or_empty
+
+            grid = read_object_or_empty(run_dir / "run.json").get("grid", "?")
+            message = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            record = RunRecord(run_dir, _clean(run_dir.name), _clean(grid), {}, {},
+                               problem=_clean(f"damaged: {message}"))
+        record.folder = shown
+        records.append(record)
+    return records
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,6 +507,23 @@ def _overall_accuracy(metrics: Mapping[str, Any], split: str, where: str) -> Any
     return metrics[key]
 
 
+def _test_sets(metrics: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]:
+    """``metrics["test_sets"]`` (empty when absent), each entry checked to be an object."""
+    sets = metrics.get("test_sets") or []
+    if not isinstance(sets, list) or not all(isinstance(entry, Mapping) for entry in sets):
+        raise ValueError(f"{where}: test_sets must be a list of objects, got {sets!r:.80}")
+    return sets
+
+
+def _set_accuracies(entry: Mapping[str, Any], where: str) -> tuple[float, dict[str, float]]:
+    """Overall accuracy and ``run_accuracies`` (percent) of one ``test_sets`` entry."""
+    where = f"{where} [test_sets {entry.get('name')}]"
+    per_config = {"test_accuracy_per_configuration": entry.get("accuracy_per_configuration"),
+                  "test_accuracy": entry.get("accuracy")}
+    acc = run_accuracies({k: v for k, v in per_config.items() if v is not None}, "test", where)
+    return _as_percent(entry.get("accuracy"), where), acc
+
+
 # ----------------------------------------------------------------------------------------------
 # Table 1
 # ----------------------------------------------------------------------------------------------
@@ -303,7 +539,10 @@ class Table1Row:
         seeds: seed labels that contributed.
         average, std: mean and sample std (ddof=1; NaN for one seed) over seeds of the per-seed average.
         per_configuration: short configuration name -> mean over seeds.
-        paper: the published row, when the paper has one and every run is on I-RAVEN (not another regime).
+        paper: the published row, when the paper has one and every run is on I-RAVEN (not another regime or
+            PGM); with fewer than 7 configurations ``notes`` say that the averages differ.
+        runs: the run names counted; notes: what a reader of the row must know (a run not counted as it repeats
+            a seed, runs split off by a setting, why the paper's numbers are not beside it).
     """
 
     encoder: str
@@ -315,6 +554,7 @@ class Table1Row:
     per_configuration: dict[str, float]
     paper: PaperRow | None = None
     runs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -332,56 +572,129 @@ def _order_key(encoder: str, setup: str) -> tuple[int, int, str, str]:
     return (e, s, encoder, setup)
 
 
-def table1(records: Iterable[RunRecord], split: str = "test") -> list[Table1Row]:
+def table1(records: Iterable[RunRecord], split: str = "test",
+           excluded: list[tuple[RunRecord, str]] | None = None) -> list[Table1Row]:
     """Aggregate finished runs into Table 1 rows (ordered like the paper: SCL, HriNet, CoPINet, WReN; CE..MLCL+AUG).
 
-    Runs are grouped by encoder, setup and every other label except ``seed``; failed or pending runs are
-    skipped (they are listed by ``runs_table``).
+    Runs are grouped by encoder, setup and every other label except ``seed``; within a group, runs that
+    were trained or tested differently (``_settings``: another ``lr``, test set, dataset, ...) get a row each,
+    the differing setting added to ``group``; a seed met again in a row (a copied folder) is counted once, the
+    copy named in the row's ``notes``. Failed, pending and skipped runs are left out (``runs_table`` lists them).
+
+    Args:
+        excluded: where damaged runs (status ``damaged``) and runs with a ``conflict`` go, with the reason;
+            ``None``: such a run raises.
+
+    Raises:
+        ValueError: a damaged or conflicting run, when ``excluded`` is None (one line naming the file and field).
     """
     groups: dict[tuple, list[tuple[RunRecord, dict[str, float]]]] = {}
     for rec in records:
-        if rec.metrics is None:
+        if rec.metrics is None or rec.status == "skipped":
             continue
-        acc = run_accuracies(rec.metrics, split, where=str(rec.run_dir / "metrics.json"))
+        try:
+            if rec.problem is not None or rec.conflict is not None:
+                raise ValueError(rec.problem or rec.conflict)
+            acc = run_accuracies(rec.metrics, split, where=str(rec.run_dir / "metrics.json"))
+        except ValueError as exc:
+            if excluded is None:
+                raise
+            excluded.append((rec, str(exc)))
+            continue
         others = tuple(sorted((k, v) for k, v in rec.labels.items() if k not in ("encoder", "setup", "seed")))
         key = (canonical_encoder(rec.encoder), canonical_setup(rec.setup), others)
         groups.setdefault(key, []).append((rec, acc))
     rows = []
     for (encoder, setup, others), members in groups.items():
-        averages = [acc["Average"] for _, acc in members]
-        mean, std = _mean_std(averages)
-        per_config = {}
-        for col in CONFIGURATION_COLUMNS:
-            vals = [acc[col] for _, acc in members if col in acc]
-            if vals:
-                per_config[col] = sum(vals) / len(vals)
-        rows.append(
-            Table1Row(
-                encoder=encoder,
-                setup=setup,
-                group=dict(others),
-                seeds=[rec.seed for rec, _ in members],
-                average=mean,
-                std=std,
-                per_configuration=per_config,
-                # The published numbers are I-RAVEN's: no comparison for runs trained on another regime.
-                paper=paper_row(encoder, setup) if all(_on_iraven(rec.metrics) for rec, _ in members) else None,
-                runs=[rec.name for rec, _ in members],
-            )
-        )
+        settings = [_settings(rec, acc) for rec, acc in members]
+        shared = set.intersection(*(set(s) for s in settings))
+        differing = sorted(k for k in shared if len({s[k] for s in settings}) > 1)
+        parts: dict[tuple, list[tuple[RunRecord, dict[str, float]]]] = {}
+        for member, setting in zip(members, settings):
+            parts.setdefault(tuple((k, setting[k]) for k in differing), []).append(member)
+        for split_off, part in parts.items():
+            notes = []
+            if differing:
+                notes.append(f"its runs differ in {', '.join(differing)}: one row for each")
+            rows.append(_table1_row(encoder, setup, {**dict(others), **dict(split_off)}, part, notes))
     rows.sort(key=lambda r: (_order_key(r.encoder, r.setup), sorted(r.group.items())))
     return rows
 
 
-def _on_iraven(metrics: Mapping[str, Any] | None) -> bool:
-    """Whether a run's data is (or may be) plain I-RAVEN: its main test set's regime (``test_sets``, from the
-    data's ``regime.json``) is I-RAVEN or not recorded."""
-    from rpm_lib.generator.regimes import IRAVEN
+def _table1_row(encoder: str, setup: str, group: dict[str, str],
+                members: list[tuple[RunRecord, dict[str, float]]], notes: list[str]) -> Table1Row:
+    """One row from runs trained and tested alike: each seed once, mean ± std over seeds, the paper beside it."""
+    counted: dict[str, RunRecord] = {}
+    kept = []
+    for rec, acc in members:
+        if rec.seed != "?" and rec.seed in counted:
+            notes.append(f"{rec.folder or rec.name} not counted: seed {rec.seed} again "
+                         f"({counted[rec.seed].folder or counted[rec.seed].name} counted)")
+            continue
+        counted[rec.seed] = rec
+        kept.append((rec, acc))
+    averages = [acc["Average"] for _, acc in kept]
+    mean, std = _mean_std(averages)
+    per_config = {}
+    for col in CONFIGURATION_COLUMNS:
+        vals = [acc[col] for _, acc in kept if col in acc]
+        if vals:
+            per_config[col] = sum(vals) / len(vals)
+    paper = paper_row(encoder, setup)
+    # The published numbers are I-RAVEN's: none beside runs on another regime or dataset. They average 7
+    # configurations: beside an Average over fewer (a small test set without some), a note says so.
+    if paper is not None and not all(_on_iraven(rec.metrics) for rec, _ in kept):
+        paper = None
+        notes.append("no paper numbers: not trained and tested on I-RAVEN")
+    missing = [col for col in CONFIGURATION_COLUMNS if col not in per_config]
+    if paper is not None and missing:
+        notes.append(f"Average over {len(CONFIGURATION_COLUMNS) - len(missing)} configurations (no "
+                     f"{', '.join(missing)}); the paper's is over all {len(CONFIGURATION_COLUMNS)}, so Δ avg compares "
+                     "different averages")
+    return Table1Row(encoder=encoder, setup=setup, group=group, seeds=[rec.seed for rec, _ in kept], average=mean,
+                     std=std, per_configuration=per_config, paper=paper, runs=[rec.name for rec, _ in kept],
+                     notes=notes)
 
+
+def _settings(rec: RunRecord, acc: Mapping[str, float]) -> dict[str, str]:
+    """What a run trained and was tested on beyond its labels, as texts: the ``metrics.json`` ``config`` fields but
+    ``NOT_COMPARED``, the dataset, the test set's size and regime, and the configurations with an accuracy. Runs of
+    one row must agree on every one of them that all of them record (a field added by a later rpm_lib is not a
+    difference)."""
+    metrics = rec.metrics or {}
+    config = metrics.get("config") if isinstance(metrics.get("config"), Mapping) else {}
+    out = {k: _clean(v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str))
+           for k, v in config.items() if k not in NOT_COMPARED}
+    if "dataset" in metrics:
+        out["dataset"] = _clean(metrics["dataset"])
+    if metrics.get("test_num_samples") is not None:
+        out["test problems"] = str(metrics["test_num_samples"])
+    regime = _test_regime(metrics)
+    if regime is not None:
+        out["test regime"] = _clean(regime)
+    present = [c for c in CONFIGURATION_COLUMNS if c in acc]
+    out["configurations"] = ("all 7" if len(present) == len(CONFIGURATION_COLUMNS)
+                             else ",".join(present) or "overall accuracy only")
+    return out
+
+
+def _test_regime(metrics: Mapping[str, Any] | None) -> str | None:
+    """The regime of a run's main test set (``test_sets``, from the data's ``regime.json``), None when unrecorded."""
     for entry in (metrics or {}).get("test_sets") or []:
         if isinstance(entry, Mapping) and entry.get("name") == "test":
-            return entry.get("regime") in (None, IRAVEN.name)
-    return True
+            return entry.get("regime")
+    return None
+
+
+def _on_iraven(metrics: Mapping[str, Any] | None) -> bool:
+    """Whether a run's data is (or may be) plain I-RAVEN: an I-RAVEN dataset (not PGM), whose main test set's regime
+    is I-RAVEN or not recorded."""
+    from rpm_lib.generator.regimes import IRAVEN
+
+    dataset = _trained_with(metrics).get("dataset", (metrics or {}).get("dataset"))
+    if dataset not in (None, "iraven"):
+        return False
+    return _test_regime(metrics) in (None, IRAVEN.name)
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -391,9 +704,10 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A GitHub-flavoured Markdown table; cells are ``str()``-ed, ``|`` escaped."""
+    """A GitHub-flavoured Markdown table; cells are ``str()``-ed, ``|`` escaped, line breaks made spaces (a label
+    from someone's run.json must not add a row or a column)."""
     def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|")
+        return _clean(v).replace("|", "\\|")
 
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
@@ -443,7 +757,18 @@ def table1_markdown(rows: Sequence[Table1Row], with_paper: bool = True) -> str:
         + ("; paper values (Table 1 of the MLCL paper) in parentheses." if with_paper else ".")
         + "\n\n"
     )
-    return note + markdown_table(table1_header(with_paper), table1_cells(rows, with_paper))
+    return note + markdown_table(table1_header(with_paper), table1_cells(rows, with_paper)) + _row_notes(rows)
+
+
+def _row_name(row: Table1Row) -> str:
+    group = ", ".join(f"{k}={v}" for k, v in sorted(row.group.items()))
+    return f"{row.encoder} {row.setup}" + (f" ({group})" if group else "")
+
+
+def _row_notes(rows: Sequence[Table1Row]) -> str:
+    """The rows' ``notes`` as a Markdown list under the table ("" when there are none)."""
+    lines = [f"- {_clean(_row_name(r))}: {_clean(note)}" for r in rows for note in r.notes]
+    return "\nNotes:\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def write_table1(rows: Sequence[Table1Row], csv_path: str | Path, with_paper: bool = True) -> Path:
@@ -455,7 +780,8 @@ def write_table1(rows: Sequence[Table1Row], csv_path: str | Path, with_paper: bo
         header += ["paper_average", "paper_std"]
     for col in CONFIGURATION_COLUMNS:
         header += [col] + ([f"paper_{col}"] if with_paper else [])
-    with csv_path.open("w", newline="") as fh:
+    header.append("notes")
+    with csv_path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
         for r in rows:
@@ -468,7 +794,7 @@ def write_table1(rows: Sequence[Table1Row], csv_path: str | Path, with_paper: bo
                 line.append("" if v is None else round(v, 4))
                 if with_paper:
                     line.append(r.paper.per_configuration[col] if r.paper else "")
-            writer.writerow(line)
+            writer.writerow([spreadsheet_safe(v) for v in [*line, "; ".join(r.notes)]])
     return csv_path
 
 
@@ -478,22 +804,28 @@ def _label_axes(records: Sequence[RunRecord]) -> list[str]:
 
 
 def runs_table(records: Iterable[RunRecord], split: str = "test") -> tuple[list[str], list[list[Any]]]:
-    """One row per run (finished, failed or pending): header and rows for CSV / display.
+    """One row per run (finished, failed, pending, damaged or skipped): header and rows for CSV / display.
 
     Columns: ``name, grid, status``, every label axis seen, ``Average`` and the 7 configurations (percent,
-    empty when not finished), and the first line of the error for failed runs.
+    empty when not finished), ``folder`` (the run folder below the gathered one: runs copied from two machines
+    share a name), and the last line of the error for failed runs (why, for damaged or skipped ones).
     """
     records = list(records)
     axes = _label_axes(records)
-    header = ["name", "grid", "status", *axes, "Average", *CONFIGURATION_COLUMNS, "error"]
+    header = ["name", "grid", "status", *axes, "Average", *CONFIGURATION_COLUMNS, "folder", "error"]
     rows = []
     for rec in records:
-        acc = run_accuracies(rec.metrics, split, str(rec.run_dir / "metrics.json")) if rec.metrics else {}
-        err = (rec.error or "").strip().splitlines()
+        status, acc = rec.status, {}
+        err = (rec.problem or rec.conflict or rec.error or "").strip().splitlines()
+        if status == "done":
+            try:
+                acc = run_accuracies(rec.metrics or {}, split, str(rec.run_dir / "metrics.json"))
+            except ValueError as exc:  # e.g. a damaged val accuracy, with split="val"
+                status, err = "damaged", [str(exc)]
         rows.append(
-            [rec.name, rec.grid, rec.status, *(rec.labels.get(a, "") for a in axes),
+            [rec.name, rec.grid, status, *(rec.labels.get(a, "") for a in axes),
              *("" if acc.get(c) is None else round(acc[c], 4) for c in ["Average", *CONFIGURATION_COLUMNS]),
-             err[-1] if err else ""]
+             rec.folder or rec.name, _clean(err[-1]) if err else ""]
         )
     return header, rows
 
@@ -505,35 +837,47 @@ def eval_sets_table(records: Iterable[RunRecord]) -> tuple[list[str], list[list[
     Columns: ``name, grid``, every label axis seen, ``set, split, regime, distribution, num_samples``,
     ``accuracy`` (over all problems of the set), ``Average`` and the 7 configurations (percent; ``Average`` is the
     mean over the configurations present, as in Table 1, and the overall accuracy when the set has no
-    per-configuration accuracy). Runs without ``test_sets`` are left out.
+    per-configuration accuracy). Runs without ``test_sets`` are left out, and damaged ones (``runs_table`` and
+    table1.md name them).
     """
-    records = [r for r in records if r.metrics is not None and r.metrics.get("test_sets")]
+    records = [r for r in records if r.status == "done" and r.metrics is not None and r.metrics.get("test_sets")]
     axes = _label_axes(records)
     header = ["name", "grid", *axes, "set", "split", "regime", "distribution", "num_samples", "accuracy",
               "Average", *CONFIGURATION_COLUMNS]
     rows = []
     for rec in records:
-        for entry in rec.metrics["test_sets"]:  # type: ignore[index]
-            where = f"{rec.run_dir / 'metrics.json'} [test_sets {entry.get('name')}]"
-            per_config = {"test_accuracy_per_configuration": entry.get("accuracy_per_configuration"),
-                          "test_accuracy": entry.get("accuracy")}
-            acc = run_accuracies({k: v for k, v in per_config.items() if v is not None}, "test", where)
-            rows.append([rec.name, rec.grid, *(rec.labels.get(a, "") for a in axes), entry.get("name"),
-                         entry.get("split"), entry.get("regime") or "", entry.get("distribution"),
-                         entry.get("num_samples"), round(_as_percent(entry.get("accuracy"), where), 4),
+        where = str(rec.run_dir / "metrics.json")
+        for entry in _test_sets(rec.metrics or {}, where):
+            overall, acc = _set_accuracies(entry, where)
+            rows.append([rec.name, rec.grid, *(rec.labels.get(a, "") for a in axes),
+                         *(_clean(entry.get(k) or "") for k in ("name", "split", "regime", "distribution")),
+                         entry.get("num_samples"), round(overall, 4),
                          *("" if acc.get(c) is None else round(acc[c], 4)
                            for c in ["Average", *CONFIGURATION_COLUMNS])])
     return header, rows
 
 
+def spreadsheet_safe(value: Any) -> Any:
+    """``value`` for a CSV cell that a spreadsheet opens as text, never as a formula: a text starting with ``=``,
+    ``+``, ``-``, ``@``, a tab or a carriage return (a label from someone's run.json, ``=HYPERLINK(...)``) gets a
+    leading ``'``; numbers, and texts that read as numbers (``-0.5``), are left as they are."""
+    if not isinstance(value, str) or not value or value[0] not in "=+-@\t\r":
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
 def write_csv(header: Sequence[str], rows: Iterable[Sequence[Any]], path: str | Path) -> Path:
-    """Write ``header`` + ``rows`` as CSV (creating the parent folder)."""
+    """Write ``header`` + ``rows`` as CSV (creating the parent folder); texts through ``spreadsheet_safe``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
+    with path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
         writer = csv.writer(fh)
-        writer.writerow(header)
-        writer.writerows(rows)
+        writer.writerow([spreadsheet_safe(v) for v in header])
+        writer.writerows([spreadsheet_safe(v) for v in row] for row in rows)
     return path
 
 
@@ -557,18 +901,35 @@ def ablation_series(records: Iterable[RunRecord], parameter: str,
     """Average accuracy as a function of one numeric parameter (e.g. ``"beta"``, ``"batch_size"``).
 
     Only finished runs whose grid varies ``parameter`` (it is one of their labels) are used. Series are
-    keyed ``"<Encoder> <Setup>"`` (plus other labels) and sorted by the parameter value.
+    keyed ``"<Encoder> <Setup>"`` (plus other labels) and sorted by the parameter value. A seed met again at one
+    point (a run folder copied twice) counts once, as in ``table1``.
+
+    Raises:
+        ValueError: a damaged run, a run with a ``conflict`` (its metrics.json trained with another value than its
+            run.json labels, e.g. a run folder copied and relabelled), or a parameter value that is not a number
+            (one line naming the run folder).
     """
     buckets: dict[str, dict[float, list[float]]] = {}
+    seen: set[tuple[str, float, str]] = set()
     for rec in records:
-        if rec.metrics is None or parameter not in rec.labels:
+        if rec.metrics is None or rec.status == "skipped" or parameter not in rec.labels:
             continue
+        if rec.problem is not None:
+            raise ValueError(rec.problem)
+        if rec.conflict is not None:  # its numbers are not those of the parameter value it is labelled with
+            raise ValueError(rec.conflict)
         if parameter not in rec.parameters:
             raise ValueError(f"{rec.run_dir}: label '{parameter}' has no parameter of that name in run.json")
-        value = float(rec.parameters[parameter])
+        value = rec.parameters[parameter]
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ValueError(f"{rec.run_dir / 'run.json'}: parameter '{parameter}' must be a number, got {value!r:.80}")
+        value = float(value)
         others = [f"{k}={v}" for k, v in sorted(rec.labels.items()) if k not in ("encoder", "setup", "seed", parameter)]
         key = " ".join([canonical_encoder(rec.encoder), canonical_setup(rec.setup), *others])
         acc = run_accuracies(rec.metrics, split, str(rec.run_dir / "metrics.json"))["Average"]
+        if rec.seed != "?" and (key, value, rec.seed) in seen:
+            continue
+        seen.add((key, value, rec.seed))
         buckets.setdefault(key, {}).setdefault(value, []).append(acc)
     series = {}
     for key, by_value in sorted(buckets.items()):
@@ -593,6 +954,44 @@ def table1_records(records: Sequence[RunRecord], main_grid: str | None = "main")
     return [r for r in records if r.grid == main_grid] or list(records)
 
 
+def left_out_markdown(records: Sequence[RunRecord], excluded: Sequence[tuple[RunRecord, str]]) -> str:
+    """A Markdown list of the runs among ``records`` that Table 1 does not count, with why ("" when none)."""
+    from rpm_lib.json_files import read_object_or_empty
+
+    why = {id(rec): reason for rec, reason in excluded}
+    lines = []
+    for rec in records:
+        if id(rec) in why:
+            reason = why[id(rec)]
+        elif rec.status == "pending":
+            progress = read_object_or_empty(rec.run_dir / "progress.json").get("status")
+            reason = ("unfinished (progress.json): run it again to continue" if progress == "unfinished"
+                      else "not finished (no metrics.json yet)")
+        elif rec.status == "failed":
+            last = (rec.error or "").strip().splitlines()
+            reason = "failed: " + (last[-1] if last else "see error.txt")
+        elif rec.status in ("damaged", "skipped"):
+            reason = rec.problem or rec.status
+        else:
+            continue
+        lines.append(f"- {_clean(rec.folder or rec.name)}: {_clean(reason)}")
+    if not lines:
+        return ""
+    return f"\nNot in the table ({len(lines)} run{'s' if len(lines) > 1 else ''}):\n\n" + "\n".join(lines) + "\n"
+
+
+def table1_and_left_out(records: Sequence[RunRecord], main_grid: str | None = "main") -> tuple[list[Table1Row], str]:
+    """Table 1 of ``table1_records(records, main_grid)``, and the Markdown list (``left_out_markdown``) of every
+    run it does not count: unfinished, failed, damaged, skipped, or contradicting its run.json. What ``table1.md``
+    and the report notebook show, so that no run leaves the table without a word."""
+    excluded: list[tuple[RunRecord, str]] = []
+    candidates = table1_records(records, main_grid)
+    table = table1(candidates, excluded=excluded)
+    # damaged or linked folders of unknown grid are named too: which grid they were is what cannot be read
+    unknown = [r for r in records if r.status in ("damaged", "skipped") and r not in candidates]
+    return table, left_out_markdown(candidates + unknown, excluded)
+
+
 def write_tables(records: Sequence[RunRecord], out_dir: str | Path, main_grid: str | None = "main",
                  with_paper: bool = True) -> dict[str, Path]:
     """Write ``results.csv`` (one row per run), ``table1.csv`` and ``table1.md`` (Table 1 of
@@ -601,15 +1000,20 @@ def write_tables(records: Sequence[RunRecord], out_dir: str | Path, main_grid: s
     With runs that report ``test_sets`` (every run of a current ``rpm_lib.training``) also ``test_sets.csv``
     (:func:`eval_sets_table`).
 
+    One run never stops the tables: a damaged run is left out of Table 1, and table1.md names under the table
+    every run of Table 1's grid that it leaves out (unfinished, failed, damaged, a symbolic link), and why: a
+    row of 3 seeds where 4 were planned must say so where it is read.
+
     Returns:
         ``{"results_csv", "table1_csv", "table1_md"}`` (+ ``"test_sets_csv"``) -> the paths written.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     header, rows = runs_table(records)
-    table = table1(table1_records(records, main_grid))
+    table, left_out = table1_and_left_out(records, main_grid)
     md = out_dir / "table1.md"
-    md.write_text(table1_markdown(table, with_paper=with_paper))
+    md.write_text(table1_markdown(table, with_paper=with_paper) + left_out, encoding="utf-8",
+                  errors="backslashreplace")
     paths = {"results_csv": write_csv(header, rows, out_dir / "results.csv"),
              "table1_csv": write_table1(table, out_dir / "table1.csv", with_paper=with_paper), "table1_md": md}
     sets_header, sets_rows = eval_sets_table(records)

@@ -19,6 +19,7 @@ from typing import Any
 
 import nbformat
 import pytest
+import yaml
 
 from rpm_lib import batch
 
@@ -84,8 +85,15 @@ def tiny_batch(tmp_path_factory, sample_data) -> Path:
         info = json.loads((dst / "run.json").read_text())
         info.update(grid="ablation_beta", name=dst.name,
                     labels={"encoder": "scl", "setup": "mlcl", "beta": str(beta), "seed": "0"},
-                    parameters={**info["parameters"], "beta": beta})
+                    parameters={**info["parameters"], "beta": beta, "seed": 0})
         (dst / "run.json").write_text(json.dumps(info))
+        # its records say the same (else the gather names the copy as contradicting its run.json)
+        metrics = json.loads((dst / "metrics.json").read_text())
+        metrics["config"].update(beta=beta, seed=0)
+        metrics.update({"seed": 0} if "seed" in metrics else {})
+        (dst / "metrics.json").write_text(json.dumps(metrics))
+        recorded = yaml.safe_load((dst / "config.yaml").read_text())
+        (dst / "config.yaml").write_text(yaml.safe_dump({**recorded, "beta": beta, "seed": 0}))
     return work / "out"
 
 
