@@ -26,11 +26,29 @@ def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "
     suffix = f"; {advice}" if advice else ""
     name = path if shown is None else shown
     try:
-        value = json.loads(path.read_text())
+        value = json.loads(path.read_text(), object_pairs_hook=_refuse_repeated_keys)
     except (json.JSONDecodeError, UnicodeDecodeError) as problem:
         raise error(f"{name}: not valid JSON ({problem}){suffix}") from None
+    except _RepeatedKey as repeated:
+        raise error(f"{name}: the key {repeated.args[0]!r} is given twice (JSON readers keep only the last; which "
+                    f"was meant?){suffix}") from None
     if not isinstance(value, dict):
         raise error(f"{name}: expected a JSON object, got {type(value).__name__}{suffix}")
+    return value
+
+
+class _RepeatedKey(Exception):
+    """A JSON object names a key twice."""
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # a hand-edited record with a key twice ("test_accuracy" added below the old one) would silently count only
+    # the last, as Python's json module does: refused, as the YAML files are
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise _RepeatedKey(key)
+        value[key] = item
     return value
 
 

@@ -493,3 +493,14 @@ def test_a_label_that_a_spreadsheet_would_run_as_a_formula_is_written_as_text(tm
     with (tmp_path / "grid" / "results.csv").open(newline="") as handle:
         notes = [row["note"] for row in csv.DictReader(handle)]
     assert notes == ['\'=HYPERLINK("http://x","y")', "-0.5"]  # a number stays a number
+
+
+def test_a_metrics_json_that_names_a_key_twice_is_named_not_read_as_its_last_value(tmp_path, capsys):
+    # found: json kept the last "test_accuracy" of a hand-edited metrics.json without a word
+    text = json.dumps(_metrics(0.6)).replace('"test_num_samples"', '"test_accuracy": 0.9, "test_num_samples"')
+    _run(tmp_path / "grid", "a", {"setup": "ce", "seed": "0"}, {}, text)
+    _seeded(tmp_path / "grid", 1)
+    code, _, _ = _gather(tmp_path / "grid", capsys)
+    assert code == 0
+    md = (tmp_path / "grid" / "table1.md").read_text()
+    assert "the key 'test_accuracy' is given twice" in md and "- a: " in md, md
