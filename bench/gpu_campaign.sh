@@ -105,8 +105,8 @@ for number in "${!BUDGETS[@]}"; do
     status=$?
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
     mkdir -p "$(dirname "$STATE")"
-    if ! "$PY" -c 'import sys; from rpm_lib.run_archive import find_runs
-sys.exit(0 if __import__("os").path.isdir(sys.argv[1]) and find_runs(sys.argv[1]) else 1)' "$RUNS"; then
+    if [[ ! -d "$RUNS" ]] || ! "$PY" -c 'import sys; from rpm_lib.run_archive import find_runs
+sys.exit(0 if find_runs(sys.argv[1]) else 1)' "$RUNS"; then
         # the budget ran out before any run began (data generation and start-up took it all): the state, if any,
         # stays as it came, and the next slice starts the runs
         echo "gpu_campaign: no run has begun yet; nothing to pack"

@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from rpm_lib.results import Table1Row
+from rpm_lib.results import Table1Row, row_name
 
 #: Verdict strings of :class:`ClaimCheck`.
 HOLDS, WEAK, FAILS, MISSING = "holds", "same direction, not significant", "does not hold", "not measured"
@@ -87,11 +87,6 @@ def _standard_error(row: Table1Row, num_test: int) -> float:
     return 100.0 * math.sqrt(max(p * (1 - p), 1e-12) / num_test)
 
 
-def _described(row: Table1Row) -> str:
-    group = ", ".join(f"{k}={v}" for k, v in sorted(row.group.items()))
-    return f"{row.encoder} {row.setup}" + (f" [{group}]" if group else "")
-
-
 def check_claims(rows: Iterable[Table1Row], num_test: int, claims: Sequence[Claim] = CLAIMS,
                  reference: dict[str, Table1Row] | None = None) -> list[ClaimCheck]:
     """Check every claim on ``rows``.
@@ -115,7 +110,7 @@ def check_claims(rows: Iterable[Table1Row], num_test: int, claims: Sequence[Clai
     for row in rows:
         key = row_key(row)
         if key in by_key:
-            raise ValueError(f"check_claims: two rows for {key!r} ({_described(by_key[key])}; {_described(row)}): "
+            raise ValueError(f"check_claims: two rows for {key!r} ({row_name(by_key[key])}; {row_name(row)}): "
                              "pass the rows of one encoder and one setting at a time")
         by_key[key] = row
     out = []

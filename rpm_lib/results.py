@@ -760,42 +760,39 @@ def table1_markdown(rows: Sequence[Table1Row], with_paper: bool = True) -> str:
     return note + markdown_table(table1_header(with_paper), table1_cells(rows, with_paper)) + _row_notes(rows)
 
 
-def _row_name(row: Table1Row) -> str:
+def row_name(row: Table1Row) -> str:
+    """``<encoder> <setup>`` and the row's group settings, e.g. ``SCL CE (lr=0.01)``: how notes and errors name a row."""
     group = ", ".join(f"{k}={v}" for k, v in sorted(row.group.items()))
     return f"{row.encoder} {row.setup}" + (f" ({group})" if group else "")
 
 
 def _row_notes(rows: Sequence[Table1Row]) -> str:
     """The rows' ``notes`` as a Markdown list under the table ("" when there are none)."""
-    lines = [f"- {_clean(_row_name(r))}: {_clean(note)}" for r in rows for note in r.notes]
+    lines = [f"- {_clean(row_name(r))}: {_clean(note)}" for r in rows for note in r.notes]
     return "\nNotes:\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def write_table1(rows: Sequence[Table1Row], csv_path: str | Path, with_paper: bool = True) -> Path:
     """Write Table 1 as CSV with numeric columns (ours and, optionally, paper side by side)."""
-    csv_path = Path(csv_path)
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
     header = ["encoder", "setup", "group", "seeds", "average", "std"]
     if with_paper:
         header += ["paper_average", "paper_std"]
     for col in CONFIGURATION_COLUMNS:
         header += [col] + ([f"paper_{col}"] if with_paper else [])
     header.append("notes")
-    with csv_path.open("w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(header)
-        for r in rows:
-            line: list[Any] = [r.encoder, r.setup, ";".join(f"{k}={v}" for k, v in sorted(r.group.items())),
-                               len(r.seeds), round(r.average, 4), "" if math.isnan(r.std) else round(r.std, 4)]
+    lines = []
+    for r in rows:
+        line: list[Any] = [r.encoder, r.setup, ";".join(f"{k}={v}" for k, v in sorted(r.group.items())),
+                           len(r.seeds), round(r.average, 4), "" if math.isnan(r.std) else round(r.std, 4)]
+        if with_paper:
+            line += [r.paper.average, r.paper.std] if r.paper else ["", ""]
+        for col in CONFIGURATION_COLUMNS:
+            v = r.per_configuration.get(col)
+            line.append("" if v is None else round(v, 4))
             if with_paper:
-                line += [r.paper.average, r.paper.std] if r.paper else ["", ""]
-            for col in CONFIGURATION_COLUMNS:
-                v = r.per_configuration.get(col)
-                line.append("" if v is None else round(v, 4))
-                if with_paper:
-                    line.append(r.paper.per_configuration[col] if r.paper else "")
-            writer.writerow([spreadsheet_safe(v) for v in [*line, "; ".join(r.notes)]])
-    return csv_path
+                line.append(r.paper.per_configuration[col] if r.paper else "")
+        lines.append([*line, "; ".join(r.notes)])
+    return write_csv(header, lines, csv_path)
 
 
 def _label_axes(records: Sequence[RunRecord]) -> list[str]:

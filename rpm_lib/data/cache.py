@@ -919,8 +919,7 @@ class CacheReader:
                 identity = _file_identity(file)
             except FileNotFoundError:
                 identity = None
-            expected = getattr(self, "_panels_identity", identity)  # a reader pickled before the record existed
-            if identity != expected:
+            if identity != self._panels_identity:
                 raise DataFormatError(f"{file}: changed since the dataset was opened (deleted, replaced or "
                                       "rewritten); its labels were read from the old one, so the run cannot go on: "
                                       "restart it")
