@@ -48,8 +48,13 @@ bench: $(STAMP)
 	$(PY) bench/bench_models.py
 
 # Wheels a GPU machine without network needs (everything rpm_lib uses beyond its image), into .device/wheels.
+# Issue 20's reference version, whose one run bench/bench_concurrent_runs.py trains first on the GPU (--baseline-code)
+BASELINE_REV ?= ce69914
 device-wheels: $(STAMP)
 	$(PY) bench/device_wheels.py --out .device/wheels
+	rm -rf .device/baseline && mkdir -p .device/baseline
+	git archive $(BASELINE_REV) rpm_lib bench | tar -x -C .device/baseline
+	echo $(BASELINE_REV) > .device/baseline/REVISION
 
 clean-venv:
 	rm -rf $(VENV)

@@ -7,7 +7,12 @@ trains (``rpm-batch --jobs 2`` in slices 1-3, ``--jobs 3`` since). This measures
 (``bench/device_check.py``'s training part), started together, each with ``--total-workers / N`` DataLoader workers. Per run: the RPMs/s of its training steps
 (validation excluded) and the GPU utilisation it sampled; per N: their sum, and its ratio to N = 1.
 
+``--baseline-code DIR`` first trains one run of an earlier version in the same call: DIR holds that version's
+``rpm_lib`` and ``bench`` (``make device-wheels`` puts issue 20's reference, ce69914, in ``.device/baseline``), so a
+speed-up over it is a ratio measured side by side on one machine, never two numbers from two machines.
+
     python bench/bench_concurrent_runs.py --data data/i-raven-80 --out $OUT/concurrent     # GPU, ~3 min
+    python bench/bench_concurrent_runs.py --data data/i-raven-80 --baseline-code .device/baseline --out ...
     python bench/bench_concurrent_runs.py --cpu-dry-run --out /tmp/cr                       # tiny, CPU, ~1 min
 
 Writes ``concurrent_runs.json`` and ``concurrent_runs.md`` in ``--out``.
@@ -34,24 +39,59 @@ def _counts(text: str) -> list[int]:
     return counts
 
 
-def run_together(count: int, args: argparse.Namespace, data: str, out: Path) -> dict[str, Any]:
-    """``count`` training processes started together; their numbers when all have ended."""
+THIS_VERSION = "this version"
+
+
+def _code_env(code: Path | None) -> dict[str, str]:
+    """The environment of a training process: an earlier version's tree ``code`` first on the import path."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code.resolve()), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def check_baseline_code(code: Path) -> str | None:
+    """Why ``code`` cannot serve as the earlier version, or None: it must hold ``bench/device_check.py`` and an
+    ``rpm_lib`` that a process started with :func:`_code_env` really imports (not this checkout's)."""
+    if not (code / "bench" / "device_check.py").is_file() or not (code / "rpm_lib" / "__init__.py").is_file():
+        return f"{code} holds no bench/device_check.py and rpm_lib/ (make it with `git archive <rev> rpm_lib bench`)"
+    found = subprocess.run([sys.executable, "-c", "import rpm_lib; print(rpm_lib.__file__)"], cwd=code,
+                           capture_output=True, text=True, env=_code_env(code), timeout=120)
+    if found.returncode != 0:
+        return f"{code}: importing its rpm_lib fails: {(found.stderr.strip().splitlines() or ['no output'])[-1]}"
+    where = found.stdout.strip()
+    if not Path(where).resolve().is_relative_to(code.resolve()):
+        return f"{code}: a process there imports rpm_lib from {where}, not from it"
+    return None
+
+
+def run_together(count: int, args: argparse.Namespace, data: str, out: Path,
+                 code: Path | None = None, label: str = THIS_VERSION) -> dict[str, Any]:
+    """``count`` training processes started together; their numbers when all have ended. ``code``: an earlier
+    version's tree to train with instead of this checkout (``label`` names it in the table)."""
     workers = args.total_workers // count
+    root = REPO if code is None else code.resolve()
+    script = (root / "bench" / "device_check.py")
+    # an earlier version may not know --loader-workers; then it trains with its own default
+    takes_workers = "--loader-workers" in script.read_text(encoding="utf-8")
+    prefix = f"n{count}" if code is None else "baseline"
     processes = []
     began = time.perf_counter()
     for index in range(count):
-        report = out / f"n{count}_run{index}.json"
-        command = [sys.executable, str(REPO / "bench" / "device_check.py"), "--train-part", args.setup, "--data", data,
-                   "--json", str(report), "--out", str(out / f"n{count}_run{index}"),
-                   "--train-budget", str(args.train_budget), "--loader-workers", str(workers)]
+        report = out / f"{prefix}_run{index}.json"
+        command = [sys.executable, str(script), "--train-part", args.setup, "--data", str(Path(data).resolve()),
+                   "--json", str(report), "--out", str(out / f"{prefix}_run{index}"),
+                   "--train-budget", str(args.train_budget)]
+        if takes_workers:
+            command += ["--loader-workers", str(workers)]
         if args.cpu_dry_run:
             command.append("--cpu-dry-run")
-        env = dict(os.environ)
+        env = _code_env(code)
         if args.cpu_dry_run:
             # CPU runs split the cores: OpenMP threads spinning on more cores than there are slow everyone down
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // count))
-        log = open(out / f"n{count}_run{index}.log", "w")
-        processes.append((subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env),
+        log = open(out / f"{prefix}_run{index}.log", "w")
+        processes.append((subprocess.Popen(command, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env),
                           report, log))
     runs = []
     for process, report, log in processes:
@@ -63,25 +103,38 @@ def run_together(count: int, args: argparse.Namespace, data: str, out: Path) -> 
     speeds = [r["numbers"]["rpms_per_s"] for r in runs if r["numbers"]]
     utils = [r["numbers"]["gpu_utilisation_mean_pct"] for r in runs
              if r["numbers"] and r["numbers"].get("gpu_utilisation_mean_pct") is not None]
-    return {"runs": count, "loader_workers_per_run": workers, "wall_s": round(wall, 1),
+    return {"code": label, "runs": count, "loader_workers_per_run": workers if takes_workers else None,
+            "wall_s": round(wall, 1),
             "rpms_per_s_per_run": speeds, "aggregate_rpms_per_s": round(sum(speeds), 1) if len(speeds) == count else None,
             "gpu_utilisation_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
             "failed": [i for i, r in enumerate(runs) if r["numbers"] is None]}
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) -> str:
-    base = next((r["aggregate_rpms_per_s"] for r in rows if r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
+    """The rows as a Markdown table: each aggregate against one run of this version and, when an earlier version
+    ran first, against that version's one run."""
+    def single(code: str) -> float | None:
+        return next((r["aggregate_rpms_per_s"] for r in rows
+                     if r.get("code", THIS_VERSION) == code and r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
+
+    base = single(THIS_VERSION)
+    earlier = next((r["code"] for r in rows if r.get("code", THIS_VERSION) != THIS_VERSION), None)
+    before = single(earlier) if earlier else None
     lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s; RPMs/s of training steps "
              "(validation excluded)", "",
-             "| runs at once | loader workers per run | RPMs/s per run | aggregate RPMs/s | vs 1 run | GPU util % |",
-             "|---:|---:|---|---:|---:|---:|"]
+             "| code | runs at once | loader workers per run | RPMs/s per run | aggregate RPMs/s | vs 1 run "
+             + (f"| vs {earlier} " if earlier else "") + "| GPU util % |",
+             "|---|---:|---:|---|---:|---:|" + ("---:|" if earlier else "") + "---:|"]
     for r in rows:
         agg = r["aggregate_rpms_per_s"]
-        ratio = f"{agg / base:.2f}x" if agg and base else ""
+        mine = r.get("code", THIS_VERSION) == THIS_VERSION
+        ratio = f"{agg / base:.2f}x" if agg and base and mine else ""
+        versus = (f"| {agg / before:.2f}x " if agg and before else "| ") if earlier else ""
         util = "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"
         per_run = ", ".join(f"{x:,.0f}" for x in r["rpms_per_s_per_run"]) or "failed"
-        lines.append(f"| {r['runs']} | {r['loader_workers_per_run']} | {per_run} | "
-                     f"{'' if agg is None else format(agg, ',.0f')} | {ratio} | {util} |")
+        workers = "its default" if r["loader_workers_per_run"] is None else r["loader_workers_per_run"]
+        lines.append(f"| {r.get('code', THIS_VERSION)} | {r['runs']} | {workers} | {per_run} | "
+                     f"{'' if agg is None else format(agg, ',.0f')} | {ratio} {versus}| {util} |")
     return "\n".join(lines)
 
 
@@ -94,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="wall seconds each run trains (default 60 on a GPU, 4 in the dry run)")
     parser.add_argument("--total-workers", type=int, default=None,
                         help="DataLoader workers shared by the runs at once (default 14 on a GPU, 0 in the dry run)")
+    parser.add_argument("--baseline-code", type=Path, default=None, metavar="DIR",
+                        help="first train one run of the earlier version in DIR (its rpm_lib/ and bench/, e.g. from "
+                             "`git archive ce69914 rpm_lib bench`) on the same data, for ratios against it")
+    parser.add_argument("--baseline-label", default=None,
+                        help="that version's name in the table (default: DIR/REVISION's text, else DIR's name)")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on the CPU: the same code path")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "concurrent_runs", help="output folder")
     args = parser.parse_args(argv)
@@ -112,13 +170,24 @@ def main(argv: list[str] | None = None) -> int:
                                      progress_bar=False))
     elif not Path(data).exists():
         parser.error(f"--data: {data} does not exist")
+    label = None
+    if args.baseline_code is not None:
+        problem = check_baseline_code(args.baseline_code)
+        if problem:
+            parser.error(f"--baseline-code: {problem}")
+        revision = args.baseline_code / "REVISION"
+        label = args.baseline_label or (revision.read_text(encoding="utf-8").strip() if revision.is_file()
+                                        else args.baseline_code.resolve().name)
     import torch
 
     device = "CPU (dry run)" if args.cpu_dry_run or not torch.cuda.is_available() else torch.cuda.get_device_name(0)
+    rounds: list[tuple[int, Path | None, str]] = [(count, None, THIS_VERSION) for count in args.runs]
+    if label is not None:
+        rounds.insert(0, (1, args.baseline_code, label))
     rows = []
-    for count in args.runs:
-        print(f"[concurrent] {count} run(s) at once, {args.train_budget:g} s each ...", flush=True)
-        rows.append(run_together(count, args, data, args.out))
+    for count, code, name in rounds:
+        print(f"[concurrent] {count} run(s) at once of {name}, {args.train_budget:g} s each ...", flush=True)
+        rows.append(run_together(count, args, data, args.out, code, name))
         print(f"[concurrent] {json.dumps(rows[-1])}", flush=True)
         (args.out / "concurrent_runs.json").write_text(json.dumps({"device": device, "rows": rows}, indent=1))
     table = render(rows, args, device)

@@ -9,8 +9,12 @@
 # SESSION_SECOND=linear-eval puts the linear-evaluation probe (docs/linear-evaluation.md, ~4 min on the
 # campaign's data) in the profile's place; give the slice less then: SESSION_CAMPAIGN_SECONDS=300.
 # SESSION_SECOND=concurrency measures one training run against two at once, for CE+AUX-sparse and then MLCL+AUG
-# (issue 20's two throughput targets), 45 s of training each (SESSION_CONCURRENCY_BUDGET); a setup starts only when
-# ~2 x (45 + 40) s are left: SESSION_CAMPAIGN_SECONDS=300 leaves time for both (~4.5 min), 360 for the first.
+# (issue 20's two throughput targets), 45 s of training each (SESSION_CONCURRENCY_BUDGET). When .device/baseline
+# holds the reference version (`make device-wheels`: ce69914), one run of it trains first, for the ratios against it.
+# A setup starts only when its rounds fit, ~(budget + 40) s each: with the reference, 3 rounds, ~4.3 min a setup
+# (SESSION_CAMPAIGN_SECONDS=300 leaves time for the first); without it 2 rounds (300 leaves time for both).
+# SESSION_CAMPAIGN_SECONDS=0 runs no slice: a second call on the still-warm machine, whose data are already there
+# (e.g. SESSION_SECONDS=280 SESSION_CAMPAIGN_SECONDS=0 SESSION_SECOND=concurrency SESSION_CONCURRENCY_SETUPS=mlcl_aug).
 #
 # $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
 # slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files:
@@ -34,7 +38,14 @@ source bench/device_env.sh
 # what is left of SESSION_SECONDS.
 SESSION_SECONDS=${SESSION_SECONDS:-585}
 export CAMPAIGN_SECONDS=${SESSION_CAMPAIGN_SECONDS:-430} OUT
-bash bench/gpu_campaign.sh 2>&1 | tee /tmp/session-extras/campaign.log | grep -v "^\s*$" | tail -40
+if [[ $CAMPAIGN_SECONDS == 0 ]]; then
+    # a second call on the still-warm machine, whose slice already ran: its data are there
+    echo "gpu_session: no campaign slice (SESSION_CAMPAIGN_SECONDS=0)"
+    [[ -f data/i-raven-80/manifest.json ]] \
+        || echo "gpu_session: data/i-raven-80 is not here (a fresh machine): only a call with a slice makes it" >&2
+else
+    bash bench/gpu_campaign.sh 2>&1 | tee /tmp/session-extras/campaign.log | grep -v "^\s*$" | tail -40
+fi
 left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
 SECOND=${SESSION_SECOND:-profile}
 echo "gpu_session: $SECOND with ${left} s left"
@@ -61,14 +72,18 @@ elif [[ $SECOND == concurrency ]]; then
     # per setup, one run against two at once (bench/bench_concurrent_runs.py), side by side in this call; a setup
     # is started only when it can end in time: two rounds of training plus each round's start-up (~40 s)
     budget=${SESSION_CONCURRENCY_BUDGET:-45}
+    baseline=() rounds=2
+    if [[ -f .device/baseline/REVISION ]]; then
+        baseline=(--baseline-code .device/baseline) rounds=3
+    fi
     for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
-        if (( left < 2 * (budget + 40) )); then
-            echo "gpu_session: concurrency of $setup skipped: ${left} s left"
+        if (( left < rounds * (budget + 40) )); then
+            echo "gpu_session: concurrency of $setup skipped: ${left} s left, $rounds rounds need $(( rounds * (budget + 40) ))"
             break
         fi
         timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --setup "$setup" --runs 1,2 \
-            --train-budget "$budget" --out "/tmp/session-extras/concurrent_$setup" 2>&1 | tail -12
+            "${baseline[@]}" --train-budget "$budget" --out "/tmp/session-extras/concurrent_$setup" 2>&1 | tail -14
         find "/tmp/session-extras/concurrent_$setup" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
     done
 elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then

@@ -36,3 +36,53 @@ def test_bad_arguments_are_a_usage_error(tmp_path: Path) -> None:
         done = _run([*args, "--out", str(tmp_path / "out")], timeout=60)
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr and "error:" in done.stderr.strip().splitlines()[-1], done.stderr
+
+
+def _version_tree(root: Path, knows_loader_workers: bool) -> Path:
+    """A copy of this checkout's ``rpm_lib`` and ``bench`` standing in for an earlier version; without
+    ``knows_loader_workers`` its device check lacks ``--loader-workers``, as ce69914's does."""
+    import shutil
+
+    tree = root / "earlier"
+    shutil.copytree(REPO / "rpm_lib", tree / "rpm_lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "bench", tree / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    if not knows_loader_workers:
+        check = tree / "bench" / "device_check.py"
+        text = check.read_text()
+        line = next(x for x in text.splitlines() if '"--loader-workers"' in x)
+        text = text.replace(line + "\n", "").replace("args.loader_workers", "None")
+        assert "--loader-workers" not in text
+        check.write_text(text)
+    (tree / "REVISION").write_text("abc1234\n")
+    return tree
+
+
+def test_an_earlier_version_trains_first_in_the_same_call_and_the_ratios_are_against_it(tmp_path: Path) -> None:
+    tree = _version_tree(tmp_path, knows_loader_workers=False)
+    done = _run(["--cpu-dry-run", "--train-budget", "3", "--runs", "1", "--baseline-code", str(tree),
+                 "--out", str(tmp_path / "out")], timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((tmp_path / "out" / "concurrent_runs.json").read_text())["rows"]
+    assert [(r["code"], r["runs"]) for r in rows] == [("abc1234", 1), ("this version", 1)]
+    assert rows[0]["loader_workers_per_run"] is None and rows[1]["loader_workers_per_run"] == 0
+    assert all(r["aggregate_rpms_per_s"] > 0 for r in rows)
+    # the earlier version's run wrote its own report, apart from this version's
+    assert (tmp_path / "out" / "baseline_run0.json").is_file() and (tmp_path / "out" / "n1_run0.json").is_file()
+    table = (tmp_path / "out" / "concurrent_runs.md").read_text()
+    assert "| vs abc1234 |" in table and "| abc1234 | 1 | its default |" in table
+    ratio = rows[1]["aggregate_rpms_per_s"] / rows[0]["aggregate_rpms_per_s"]
+    assert f"| {ratio:.2f}x |" in table.splitlines()[-1]
+
+
+def test_an_earlier_version_whose_rpm_lib_cannot_be_imported_is_refused(tmp_path: Path) -> None:
+    tree = _version_tree(tmp_path, knows_loader_workers=True)
+    (tree / "rpm_lib" / "__init__.py").write_text("raise ImportError('this tree is broken')\n")
+    done = _run(["--cpu-dry-run", "--baseline-code", str(tree), "--out", str(tmp_path / "out")], timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "--baseline-code" in last and "importing its rpm_lib fails: ImportError: this tree is broken" in last
+    assert str(tree) in last, last
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    done = _run(["--cpu-dry-run", "--baseline-code", str(bare), "--out", str(tmp_path / "out")], timeout=120)
+    assert done.returncode == 2 and "holds no bench/device_check.py" in done.stderr.strip().splitlines()[-1]
