@@ -289,11 +289,12 @@ def _tree_bytes(folder: Path) -> int:
 
 
 def carry_note(state_bytes: int, wheels_bytes: int, other_bytes: int) -> str:
-    """One line on what the next slice's device call will carry: the state, the wheels (``.device``) and the rest
-    of the repository, against the 64 MiB a call may carry; a warning when less than 4 MiB would be left."""
+    """One line on what the next slice's device call will carry: the state, ``.device`` (the wheels and the
+    reference version) and the rest of the repository, against the 64 MiB a call may carry; a warning when less
+    than 4 MiB would be left."""
     total = state_bytes + wheels_bytes + other_bytes
     line = (f"the next call carries ~{total / 2**20:.1f} MiB of {CARRY_LIMIT / 2**20:.0f} (state "
-            f"{state_bytes / 2**20:.1f}, wheels {wheels_bytes / 2**20:.1f}, the rest {other_bytes / 2**20:.1f})")
+            f"{state_bytes / 2**20:.1f}, .device {wheels_bytes / 2**20:.1f}, the rest {other_bytes / 2**20:.1f})")
     if total > CARRY_LIMIT - 4 * 2**20:
         return (f"campaign_record: warning: {line}: too close to the limit; train fewer runs at once "
                 "(CAMPAIGN_JOBS) so that fewer unfinished runs carry checkpoints")
@@ -301,7 +302,8 @@ def carry_note(state_bytes: int, wheels_bytes: int, other_bytes: int) -> str:
 
 
 def _carried_besides_state() -> tuple[int, int]:
-    """(wheels bytes, tracked files other than the state, bytes) as the device call would carry them."""
+    """(bytes in ``.device``: the wheels and the reference version; tracked files other than the state, bytes) as
+    the device call would carry them."""
     import subprocess
 
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True).stdout

@@ -182,7 +182,7 @@ def test_recording_a_slice_says_what_the_next_call_will_carry() -> None:
     record = _campaign_record()
     mib = 2**20
     assert record.carry_note(30 * mib, 25 * mib, 2 * mib) == (
-        "campaign_record: the next call carries ~57.0 MiB of 64 (state 30.0, wheels 25.0, the rest 2.0)")
+        "campaign_record: the next call carries ~57.0 MiB of 64 (state 30.0, .device 25.0, the rest 2.0)")
     warning = record.carry_note(38 * mib, 25 * mib, 2 * mib)
     assert warning.startswith("campaign_record: warning: the next call carries ~65.0 MiB of 64") and "CAMPAIGN_JOBS" in warning
 
