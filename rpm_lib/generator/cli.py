@@ -120,6 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--seed must be >= 0, got {args.seed}")
     if args.cache_size is not None and args.cache_size < 1:
         parser.error(f"--cache-size must be >= 1, got {args.cache_size}")
+    if args.cache_size is not None and args.no_xml:
+        # not an error (the request is met), but an option that does nothing is never dropped silently
+        print("rpm-generate: note: --no-xml has no effect with --cache-size: a cache holds no .xml files",
+              file=sys.stderr)
     if args.cache_size is not None and args.start + args.num_per_config - 1 > MAX_INDEX:
         parser.error(f"--start {args.start} with --num-per-config {args.num_per_config} goes past problem index "
                      "2**63 - 1, the largest a cache stores (int64)")

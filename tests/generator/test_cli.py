@@ -139,3 +139,11 @@ def test_regime_flags_reach_the_files(tmp_path, capsys):
                      "--regime", "A/Size", "--val", "0", "--test", "10", "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "regime 'A/Color-Progression' there, 'A/Size' asked" in err and len(err.strip().splitlines()) == 1
+
+
+def test_no_xml_with_a_cache_is_said_to_do_nothing(tmp_path, capsys):
+    assert cli.main(["--out", str(tmp_path / "c"), "--num-per-config", "1", "--configurations", "center_single",
+                     "--cache-size", "16", "--no-xml", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "--no-xml has no effect with --cache-size" in err and len(err.strip().splitlines()) == 1
+    assert not list((tmp_path / "c").rglob("*.xml"))
