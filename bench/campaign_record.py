@@ -247,11 +247,11 @@ def table1_markdown(state: Path | None) -> str | None:
 
     labels = {spec.label for spec in SETUPS.values()}
     setup_claims = [c for c in claims.CLAIMS if set(c.worse) <= labels]
-    checks = claims.check_claims(report.setups, report.num_test, setup_claims)
+    checks = claims.check_claims_setting_split_rows_aside(report.setups, report.num_test, setup_claims)
     # The state holds only the runs started so far; the row has as many runs as the last slice's progress lists.
     entries = _slice_entries()
     total = max(report.total, len(entries[-1]["runs"]) if entries else 0)
-    return "\n".join([f"{report.finished} of {total} runs finished; {report.num_test} test problems per run; "
+    return "\n".join([f"{report.finished} of {total} runs finished; {claims.test_sizes_phrase(report)}; "
                       "accuracies in percent.", "", results.table1_markdown(report.setups, with_paper=True), "",
                       claims.claims_markdown(checks)])
 

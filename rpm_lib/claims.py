@@ -19,9 +19,11 @@ that no difference "holds" on a zero error.
 
 Rows are matched by setup (``row_key``): rows of several encoders, or of one setup split by a setting
 (``rpm_lib.results.table1``), are refused rather than one of them picked; check each encoder's rows apart.
+:func:`reproduction_report` instead sets such rows aside: the claims about them say ``not judged`` and why.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from rpm_lib.results import Table1Row, row_name
 
 #: Verdict strings of :class:`ClaimCheck`.
 HOLDS, WEAK, FAILS, MISSING = "holds", "same direction, not significant", "does not hold", "not measured"
+#: The verdict where a side has several rows (its runs differ in a setting, e.g. their test sets' sizes).
+SPLIT = "not judged: its runs differ in settings (see the table's notes)"
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,27 @@ def _standard_error(row: Table1Row, num_test: int) -> float:
         return row.std / math.sqrt(len(row.seeds))
     p = row.average / 100.0
     return 100.0 * math.sqrt(max(p * (1 - p), 1e-12) / num_test)
+
+
+def split_keys(rows: Iterable[Table1Row]) -> set[str]:
+    """The row keys that more than one of ``rows`` share (one setup whose runs differ in a setting)."""
+    seen: set[str] = set()
+    shared: set[str] = set()
+    for row in rows:
+        key = row_key(row)
+        (shared if key in seen else seen).add(key)
+    return shared
+
+
+def check_claims_setting_split_rows_aside(rows: Sequence[Table1Row], num_test: int,
+                                         claims: Sequence[Claim] = CLAIMS,
+                                         reference: dict[str, Table1Row] | None = None) -> list[ClaimCheck]:
+    """:func:`check_claims`, except that a key shared by several rows is not refused: every claim with that key
+    on a side gets the verdict :data:`SPLIT` (never one of the rows picked)."""
+    shared = split_keys(rows)
+    checks = check_claims([r for r in rows if row_key(r) not in shared], num_test, claims, reference)
+    return [dataclasses.replace(c, verdict=SPLIT) if {c.better, c.worse} & shared and c.verdict == MISSING else c
+            for c in checks]
 
 
 def check_claims(rows: Iterable[Table1Row], num_test: int, claims: Sequence[Claim] = CLAIMS,
@@ -151,7 +176,8 @@ class ReproductionReport:
         ablations: one row per ``variant`` of the ``ablation`` grid.
         reference: MLCL+AUG restricted to the ablations' seed(s): what each ablation is compared with.
         checks: :func:`check_claims` on all of them.
-        num_test: test problems per run.
+        num_test: test problems per run; where runs were tested on different numbers, the smallest, so that no
+            claim's error is understated (``test_sizes`` lists them all).
         finished, total: run counts; ``seed_values``: row key -> per-seed average accuracies (percent; a seed
             copied twice counted once, as in the rows).
         left_out: Markdown naming each run that is not counted (unfinished, failed, damaged), and why.
@@ -166,6 +192,17 @@ class ReproductionReport:
     total: int
     seed_values: dict[str, list[float]]
     left_out: str = ""
+    test_sizes: tuple[int, ...] = ()
+
+
+def test_sizes_phrase(report: ReproductionReport) -> str:
+    """``"14000 test problems per run"``, or, where the runs' test sets differ in size, the range and which one the
+    claims' errors use."""
+    sizes = report.test_sizes or (report.num_test,)
+    if len(sizes) == 1:
+        return f"{sizes[0]} test problems per run"
+    return (f"{sizes[0]} to {sizes[-1]} test problems per run (the claims' errors use the smallest, "
+            f"{report.num_test})")
 
 
 #: Ablation variants of ``configs/reproduction_cpu.yaml`` (labels of its ``variant`` axis).
@@ -187,8 +224,10 @@ def reproduction_report(batch_dir) -> ReproductionReport:
     # any spelling of the setup label ("mlcl_aug", "MLCL+AUG"): the ablations are compared with their own seed(s)
     reference = results.table1([r for r in main if results.canonical_setup(r.setup) == "MLCL+AUG"
                                 and r.seed in ablation_seeds])
-    num_test = max((int(r.metrics.get("test_num_samples", 0)) for r in done), default=0) or 1
-    by_variant = {f"MLCL+AUG {v}": reference[0] for v in ABLATION_VARIANTS} if reference else {}
+    sizes = sorted({int(r.metrics.get("test_num_samples", 0)) for r in done} - {0})
+    num_test = sizes[0] if sizes else 1
+    # several reference rows (MLCL+AUG's runs differ in a setting): none is picked; those claims are not judged
+    by_variant = {f"MLCL+AUG {v}": reference[0] for v in ABLATION_VARIANTS} if len(reference) == 1 else {}
     seed_values: dict[str, list[float]] = {}
     seen: set[tuple[str, str]] = set()
     for record in main + [r for r in ablation if r.conflict is None]:
@@ -199,8 +238,9 @@ def reproduction_report(batch_dir) -> ReproductionReport:
         seed_values.setdefault(key, []).append(results.run_accuracies(record.metrics)["Average"])
     left_out = results.left_out_markdown(records, excluded)
     return ReproductionReport(setups, ablations, reference,
-                              check_claims(setups + ablations, num_test, reference=by_variant), num_test,
-                              len(done), len(records), seed_values, left_out)
+                              check_claims_setting_split_rows_aside(setups + ablations, num_test,
+                                                                    reference=by_variant), num_test,
+                              len(done), len(records), seed_values, left_out, tuple(sizes))
 
 
 def report_markdown(report: ReproductionReport) -> str:
@@ -209,7 +249,7 @@ def report_markdown(report: ReproductionReport) -> str:
 
     seeds = ", ".join(sorted({s for row in report.reference for s in row.seeds})) or "–"
     return "\n".join([
-        f"{report.finished} of {report.total} runs finished; {report.num_test} test problems per run; "
+        f"{report.finished} of {report.total} runs finished; {test_sizes_phrase(report)}; "
         "accuracies in percent." + ("\n" + report.left_out.rstrip("\n") if report.left_out else ""), "",
         "### Setups (mean ± std over seeds)", "", results.table1_markdown(report.setups, with_paper=True), "",
         f"### MLCL+AUG ablations (seed {seeds})", "",

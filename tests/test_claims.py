@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rpm_lib import claims, results
 from rpm_lib.rules import CONFIGURATIONS
 
@@ -79,3 +81,35 @@ def test_missing_rows_are_reported_not_guessed(tmp_path):
     missing = [c for c in checks if c.verdict == claims.MISSING]
     assert {c.worse for c in missing} >= {"MLCL", "MLCL+AUG beta=0"}
     assert "not measured" in claims.claims_markdown(checks)
+
+
+def test_runs_tested_on_different_numbers_of_problems_are_judged_on_the_smallest(tmp_path):
+    root = write_fake_reproduction_batch(tmp_path)
+    for metrics in (root / "main").glob("setup-ce__seed-*/metrics.json"):
+        record = json.loads(metrics.read_text())
+        record["test_num_samples"] = 14000  # CE's runs tested on far more problems than the others' 700
+        metrics.write_text(json.dumps(record))
+    report = claims.reproduction_report(root)
+    assert report.num_test == 700 and report.test_sizes == (700, 14000)
+    text = claims.report_markdown(report)
+    assert "700 to 14000 test problems per run (the claims' errors use the smallest, 700)" in text
+    same = claims.reproduction_report(write_fake_reproduction_batch(tmp_path / "same"))
+    assert same.num_test == 700 and "; 700 test problems per run;" in claims.report_markdown(same)
+
+
+@pytest.mark.parametrize("split_setup", ["ce", "mlcl_aug"])
+def test_a_setup_whose_runs_differ_in_a_setting_is_not_judged_and_the_rest_are(tmp_path, split_setup):
+    root = write_fake_reproduction_batch(tmp_path)
+    metrics = root / "main" / f"setup-{split_setup}__seed-0" / "metrics.json"
+    record = json.loads(metrics.read_text())
+    record["test_num_samples"] = 14000  # one seed tested on another test set: table1 gives it a row of its own
+    metrics.write_text(json.dumps(record))
+    report = claims.reproduction_report(root)
+    label = {"ce": "CE", "mlcl_aug": "MLCL+AUG"}[split_setup]
+    assert sum(claims.row_key(r) == label for r in report.setups) == 2
+    for check in report.checks:
+        # an ablation is compared with MLCL+AUG's run of its own seed, one row however the other seeds differ
+        touches = label in (check.better, check.worse) and not check.worse.startswith("MLCL+AUG ")
+        assert (check.verdict == claims.SPLIT) == touches, check
+    assert any(c.verdict == claims.HOLDS for c in report.checks)
+    assert claims.SPLIT in claims.report_markdown(report)
