@@ -16,6 +16,9 @@
 * ``results/table1_scl_gpu/progress.png`` is drawn from the state: each run's validation accuracy over its epochs,
   the paper's Table 1 average dashed.
 
+Nothing is recorded from a slice that is recorded already (the same ``started`` in ``slice.json``) or whose
+state would lose work the committed one holds (a run missing, or with fewer steps or epochs: an older slice's files).
+
 It ends with a line on what the next slice's device call will carry (the state, the wheels, the rest of the
 repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit. Then commit ``results/`` and
 ``docs/``. ``--check`` only re-renders the document and the figure from what is committed.
@@ -131,6 +134,28 @@ def _report(path: Path, kind: type, files_at: Path) -> object:
 SLICE_FIELDS = ("date", "device", "seconds", "exit_status")
 
 
+def _runs_behind(committed: Path, new_state: Path, scratch: Path) -> list[str]:
+    """The runs of the ``committed`` state archive that the unpacked ``new_state`` folder lacks or holds less of
+    (fewer steps or epochs, or unfinished where they had finished), each as one phrase."""
+    from rpm_lib import run_archive
+
+    if not committed.is_file():
+        return []
+    try:
+        run_archive.unpack(committed, scratch)
+    except run_archive.ArchiveError:
+        return []  # a damaged committed state holds nothing a new one could lose
+    behind = []
+    for run in run_archive.find_runs(scratch):
+        name = run.relative_to(scratch).as_posix()
+        was, now = run_archive.run_reach(run), run_archive.run_reach(new_state / name)
+        if not (new_state / name).is_dir():
+            behind.append(f"{name} is missing")
+        elif was.beyond(now):
+            behind.append(f"{name}: {now} against {was}")
+    return behind
+
+
 def _record(files_at: Path, reports: Path) -> dict:
     if not files_at.is_dir():
         raise SystemExit(f"campaign_record: error: {files_at} is not a folder (the device tool's files_at)")
@@ -148,6 +173,11 @@ def _record(files_at: Path, reports: Path) -> dict:
         raise SystemExit(f"campaign_record: error: slice.json lacks {', '.join(missing)}; nothing recorded")
     runs = _report(reports / "progress.json", list, files_at)
     previous = _slice_entries()
+    again = next((e for e in previous if info.get("started") is not None and e.get("started") == info["started"]), None)
+    if again is not None:
+        raise SystemExit(f"campaign_record: error: {files_at} holds the slice that began at {info['started']} "
+                         f"({info['date']}, {info['device']}), already recorded as slice {again['slice']}; "
+                         "nothing recorded")
     with tempfile.TemporaryDirectory() as folder:
         joined = Path(folder) / "state.tar.gz"
         if parts:  # a state over a device call's 16 MiB per file came back in parts
@@ -167,6 +197,10 @@ def _record(files_at: Path, reports: Path) -> dict:
             source = parts[0].parent / "state.tar.gz.part*" if parts else state
             reason = " ".join(str(error).replace(f"{joined}: ", "").split())  # the joined copy is ours, not theirs
             raise SystemExit(f"campaign_record: error: {source}: {reason}; nothing recorded") from None
+        behind = _runs_behind(RESULTS / "state.tar.gz", Path(folder) / "check", Path(folder) / "committed")
+        if behind:
+            raise SystemExit(f"campaign_record: error: {files_at}'s state would lose work that the committed state "
+                             f"holds ({'; '.join(behind)}): an older slice's files? nothing recorded")
         RESULTS.mkdir(parents=True, exist_ok=True)
         stored = RESULTS / "state.tar.gz"
         shutil.copyfile(joined, stored)

@@ -532,6 +532,13 @@ def _reach(records: dict[str, Path | None]) -> _Reach:
     return _Reach(metrics is not None and metrics.is_file(), steps, epochs)
 
 
+def run_reach(run_dir: str | Path) -> _Reach:
+    """How far the run in ``run_dir`` got (finished, optimiser steps, epochs), from its records; ``a.beyond(b)``
+    says whether one run folder holds work that another lacks."""
+    run_dir = Path(run_dir)
+    return _reach({name: run_dir / name for name in _RECORDS})
+
+
 def _same_file(a: Path | None, b: Path | None) -> bool:
     """Both absent, or both present with the same bytes."""
     a_there, b_there = a is not None and a.is_file(), b is not None and b.is_file()

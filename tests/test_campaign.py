@@ -69,6 +69,9 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     for name, text in reports.items():
         (loose / name).write_text(text)
     (loose / "state.tar.gz").write_bytes(packed)
+    info = json.loads(reports["slice.json"])
+    del info["started"]  # slices 1-3 did not record their start (and this one is recorded already)
+    (loose / "slice.json").write_text(json.dumps(info))
     entry = record.record(loose)
     assert entry["slice"] == 2 and entry["exit_status"] == 0 and len(entry["runs"]) == 5
 
@@ -232,3 +235,58 @@ def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path
         assert message.startswith("campaign_record: error: ") and expected in message, (case, message)
         assert "\n" not in message and "/tmp/tmp" not in message, (case, message)  # no temporary copy named
         assert {p.name: p.read_bytes() for p in results.iterdir()} == before, case
+
+
+def _state_of_runs(folder: Path, epochs: dict[str, int]) -> bytes:
+    """A packed state of unfinished run folders, run name -> epochs done (10 steps each)."""
+    from rpm_lib import run_archive
+
+    for name, done in epochs.items():
+        run = folder / "runs" / name
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text("setup: ce\n")
+        (run / "history.csv").write_text("stage,epoch,step,train_loss\n"
+                                         + "".join(f"supervised,{e},{10 * e + 10},1.0\n" for e in range(done)))
+        (run / "progress.json").write_text(json.dumps(
+            {"stages": {"supervised": {"global_step": 10 * done, "completed": False}}}))
+    run_archive.pack(folder / "runs", folder / "state.tar.gz")
+    return (folder / "state.tar.gz").read_bytes()
+
+
+def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothing(tmp_path: Path) -> None:
+    # Found by trying it: recording slice 4's files after slice 5's silently put slice 4's state back (the runs lost
+    # the epochs of slice 5) and appended slice 4 again as a sixth slice.
+    record = _campaign_record()
+    results = tmp_path / "results"
+    results.mkdir()
+    record.RESULTS, record.SLICES = results, results / "slices.jsonl"
+    (results / "state.tar.gz").write_bytes(_state_of_runs(tmp_path / "committed", {"main/a": 5, "main/b": 3}))
+    (results / "slices.jsonl").write_text(json.dumps({"slice": 1, "started": 1000, "runs": []}) + "\n")
+    before = {p.name: p.read_bytes() for p in results.iterdir()}
+
+    def slice_folder(name: str, epochs: dict[str, int], started: int) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        _state_of_runs(folder, epochs)
+        (folder / "slice.json").write_text(json.dumps({"date": "d", "device": "cpu", "seconds": 1.0,
+                                                       "exit_status": 75, "started": started}))
+        (folder / "progress.json").write_text("[]")
+        return folder
+
+    refused = {
+        "the same slice again": (slice_folder("again", {"main/a": 6, "main/b": 3}, 1000),
+                                 "already recorded as slice 1"),
+        "a run behind": (slice_folder("older", {"main/a": 4, "main/b": 3}, 2000),
+                         "main/a: unfinished, 40 steps, 4 epochs against unfinished, 50 steps, 5 epochs"),
+        "a run missing": (slice_folder("missing", {"main/a": 6}, 3000), "main/b is missing"),
+    }
+    for case, (folder, expected) in refused.items():
+        with pytest.raises(SystemExit) as stopped:
+            record.record(folder)
+        message = str(stopped.value)
+        assert message.startswith("campaign_record: error: ") and expected in message, (case, message)
+        assert message.endswith("nothing recorded") and "\n" not in message, (case, message)
+        assert {p.name: p.read_bytes() for p in results.iterdir()} == before, case
+    newer = slice_folder("newer", {"main/a": 6, "main/b": 3, "main/c": 1}, 4000)
+    assert record.record(newer)["slice"] == 2
+    assert (results / "state.tar.gz").read_bytes() == (newer / "state.tar.gz").read_bytes()
