@@ -105,3 +105,27 @@ def test_runs_sharing_a_reference_get_one_grey_labelled_line_and_others_keep_the
     legend = [t.get_text() for t in axis.get_legend().get_texts()]
     assert "dashed: reference (same colour; dark grey: shared by several runs)" in legend, legend
     plt.close(figure)
+
+
+def test_runs_still_in_pre_training_show_their_validation_loss_on_a_second_axis() -> None:
+    from rpm_lib.viz.training_curves import plot_runs_accuracy
+
+    supervised = {"stage": np.array(["supervised"] * 3, dtype=object), "epoch": np.arange(3.0),
+                  "val_accuracy": np.array([0.4, 0.5, 0.6]), "val_loss": np.array([2.0, 1.5, 1.2])}
+    pretraining = {"stage": np.array(["pretrain"] * 4, dtype=object), "epoch": np.arange(4.0),
+                   "val_accuracy": np.full(4, np.nan), "val_loss": np.array([8.7, 7.6, 6.4, 6.1])}
+    figure = plot_runs_accuracy({"ce": supervised, "mlcl": pretraining})
+    assert len(figure.axes) == 2
+    accuracy_axis, loss_axis = figure.axes
+    legend = [t.get_text() for t in accuracy_axis.get_legend().get_texts()]
+    assert "mlcl: no accuracy yet (loss below)" in legend, legend
+    drawn = loss_axis.get_lines()
+    assert len(drawn) == 1  # only the epochs without an accuracy: the supervised run's losses are not repeated
+    assert list(drawn[0].get_xdata()) == [0.0, 1.0, 2.0, 3.0] and np.allclose(drawn[0].get_ydata(), [8.7, 7.6, 6.4, 6.1])
+    mlcl_colour = next(line.get_color() for line in accuracy_axis.get_lines() if line.get_label().startswith("mlcl"))
+    assert drawn[0].get_color() == mlcl_colour
+    assert loss_axis.get_xlabel() == "epoch (all stages)" and accuracy_axis.get_xlabel() == ""
+    plt.close(figure)
+    only_supervised = plot_runs_accuracy({"ce": supervised})
+    assert len(only_supervised.axes) == 1 and only_supervised.axes[0].get_xlabel() == "epoch (all stages)"
+    plt.close(only_supervised)

@@ -147,33 +147,48 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
         title: the figure's title.
 
     Returns:
-        One 0-100 % accuracy axis with chance (12.5 %) dotted; runs without any validation accuracy yet are named
-        in the legend as ``<run>: no accuracy yet``. Up to ``LEGEND_INSIDE`` runs the legend sits in the lower
-        right; a larger grid gets 20 colours and markers that repeat every 20 runs, and its legend in columns below
-        the axis (the figure grows with it).
+        A 0-100 % accuracy axis (``figure.axes[0]``) with chance (12.5 %) dotted; runs without any validation
+        accuracy yet are named in the legend as ``<run>: no accuracy yet``. When some runs have epochs with a
+        validation loss but no accuracy (MLCL's contrastive pre-training), a second, lower axis draws that loss
+        over those epochs in the runs' colours, so that their progress shows before their first accuracy. Up to
+        ``LEGEND_INSIDE`` runs the legend sits in the lower right; a larger grid gets 20 colours and markers that
+        repeat every 20 runs, and its legend in columns below the axes (the figure grows with it).
     """
     references, finished, notes = references or {}, finished or {}, notes or {}
     many = len(curves) > LEGEND_INSIDE
     columns = 2 if many else 1
     legend_rows = -(-(len(curves) + 2) // columns)
-    fig, ax = plt.subplots(figsize=(8 if not many else 11, 4.2 + (0.16 * legend_rows if many else 0)))
     colours = ([plt.get_cmap("tab20")(i) for i in range(20)] if many
                else plt.rcParams["axes.prop_cycle"].by_key()["color"])
     lines = []  # (name, colour, x of the epochs with an accuracy, accuracies in percent)
+    losses = []  # (name, colour, x of the epochs with a validation loss but no accuracy, those losses)
     right = 1.0
     for index, (name, history) in enumerate(curves.items()):
         xs = history_x(history)[0] if history else np.array([])
         accuracy = np.asarray(history.get("val_accuracy", np.full(len(xs), np.nan)), float) * 100
+        loss = np.asarray(history.get("val_loss", np.full(len(xs), np.nan)), float)
         if xs.size:
             right = max(right, float(xs.max()) + 1)
         ok = ~np.isnan(accuracy)
-        lines.append((name, colours[index % len(colours)], xs[ok], accuracy[ok]))
+        colour = colours[index % len(colours)]
+        lines.append((name, colour, xs[ok], accuracy[ok]))
+        before = ~ok & np.isfinite(loss)
+        if before.any():
+            losses.append((name, colour, xs[before], loss[before]))
+    height = 4.2 + (0.16 * legend_rows if many else 0)
+    if losses:
+        fig, (ax, ax_loss) = plt.subplots(2, 1, sharex=True, figsize=(8 if not many else 11, height + 1.9),
+                                          gridspec_kw={"height_ratios": [4.2, 1.9]})
+    else:
+        fig, ax = plt.subplots(figsize=(8 if not many else 11, height))
+        ax_loss = None
     for index, (name, colour, xs, accuracy) in enumerate(lines):
         # beyond 20 runs the colours repeat: a marker tells the rounds of 20 apart
         marker = (None, "^", "s", "x", "+")[(index // 20) % 5] if many else None
         if not xs.size:
             note = f", {notes[name]}" if name in notes else ""
-            ax.plot([], [], color=colour, label=f"{_legend_name(name)}: no accuracy yet{note}")
+            below = " (loss below)" if any(name == other for other, *_ in losses) else ""
+            ax.plot([], [], color=colour, label=f"{_legend_name(name)}: no accuracy yet{below}{note}")
             continue
         done = finished.get(name, False)
         label = (f"{_legend_name(name)}: best {accuracy.max():.1f} %, last {accuracy[-1]:.1f} % "
@@ -190,11 +205,24 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
     ax.set_xlim(0, right)
     ax.set_ylim(0, 100)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch (all stages)")
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(alpha=0.3)
+    bottom = ax
+    if ax_loss is not None:
+        for name, colour, xs, loss in losses:
+            ax_loss.plot(xs, loss, color=colour, lw=1.3, marker="." if xs.size < 30 else None, ms=4)
+        ax_loss.set_ylabel("val loss", fontsize=9)
+        ax_loss.text(0.99, 0.95, "epochs without an accuracy (pre-training): validation loss, lower is better",
+                     transform=ax_loss.transAxes, ha="right", va="top", fontsize=7, color="0.3")
+        ax_loss.grid(alpha=0.3)
+        bottom = ax_loss
+    bottom.set_xlabel("epoch (all stages)")
     if many:
-        ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=columns, frameon=False)
+        # below the lowest axis (under the accuracy axis it would cover the loss axis), and owned by it, so that
+        # the layout makes room for it there
+        handles, labels = ax.get_legend_handles_labels()
+        bottom.legend(handles, labels, fontsize=6.5, loc="upper center",
+                      bbox_to_anchor=(0.5, -0.14 if ax_loss is None else -0.32), ncol=columns, frameon=False)
     else:
         # below the curves, which rise towards the top: the lower right is where they are not
         ax.legend(fontsize=7, loc="lower right")
