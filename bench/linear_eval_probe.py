@@ -475,6 +475,7 @@ def fit_lbfgs(train: dict[str, Any], val: dict[str, Any], key: str, l2: float, m
         return loss
 
     began = time.perf_counter()
+    start_grad = torch.autograd.grad(objective(), w)[0]
     optimiser.step(closure)
     loss = objective()
     grad = torch.autograd.grad(loss, w)[0]
@@ -484,6 +485,7 @@ def fit_lbfgs(train: dict[str, Any], val: dict[str, Any], key: str, l2: float, m
         vl, va = _ce_acc(xva @ w, val["target"])
     return {"train_loss": tl, "train_accuracy": ta, "val_loss": vl, "val_accuracy": va,
             "objective": float(loss.detach()), "grad_norm": float(grad.norm()),
+            "grad_norm_start": float(start_grad.norm()),
             "iterations": int(state.get("n_iter", 0)),
             "weight_norm": float(w.detach().norm()), "l2": l2, "seconds": round(time.perf_counter() - began, 2)}
 
