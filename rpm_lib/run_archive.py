@@ -7,7 +7,8 @@ in its ``progress.json``).
 
 A run folder is a folder with ``config.yaml`` and a record of progress: ``progress.json``, ``metrics.json``,
 ``history.csv`` or a stage's ``last.ckpt`` -- a run killed in its first stage (SIGKILL, the out-of-memory killer)
-has only the last two, and resumes from that ``last.ckpt`` like any other. What it contributes (everything
+has the last two and a ``progress.json`` with only its data's fingerprint (runs before 2026-11-27: none), and
+resumes from that ``last.ckpt`` like any other. What it contributes (everything
 else -- executed notebooks, figures, logs -- stays behind):
 
 * always: ``config.yaml``, ``progress.json``, ``history.csv``, ``run.json`` (rpm-batch's record of the run);
@@ -23,7 +24,8 @@ else -- executed notebooks, figures, logs -- stays behind):
 casts them back to the parameters' dtype when the optimiser loads them): 12 instead of 16 bytes per parameter
 of an unfinished run, at the price of bit-exactness -- for GPU campaigns, whose runs are not bit-exact anyway.
 Weights are never rounded. ``--out`` replaces an archive written here (a campaign re-packs every slice), never
-another file.
+another file. A symbolic link in a run folder, or a run folder that is one, is refused: an archive is made to be
+shared, and must not carry a file from outside the packed folder.
 
 Unpacking is for files from elsewhere, so the whole archive is checked before anything is written: its
 ``rpm_state.json`` first (shape, a SHA-256 and size per file, at most :data:`MAX_TOTAL_BYTES` in all), then
@@ -31,7 +33,8 @@ every member, streamed (never held in memory): only regular files with the names
 absolute paths, no ``..``, no links, none below another member's path, each matching its SHA-256. Existing
 run files are never replaced unless asked; with ``overwrite`` a run already there is replaced as a whole (its
 progress records, results and checkpoints that the archive does not carry are removed, so none contradicts the
-restored state), and a run that had gone further than the archive's is named in a warning. Checkpoints are plain
+restored state), and a run that had gone further than the archive's is named in a warning; a run still training
+there (its ``RUN_LOCK`` held) is refused. Checkpoints are plain
 tensors, read with ``torch.load(weights_only=True)`` when resumed, so an archive cannot run code.
 """
 from __future__ import annotations
@@ -55,7 +58,7 @@ from typing import IO, Any
 
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object, read_object_or_empty
-from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights, weights_record
+from rpm_lib.run_progress import FINISHED, RUN_LOCK, UNFINISHED, recorded_weights, weights_record
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.setups import STAGES
 
@@ -161,6 +164,23 @@ def _compact_checkpoint(path: Path) -> bytes:
     return buffer.getvalue()
 
 
+def _refuse_links(top: Path, path: Path) -> None:
+    """Refuse ``path`` when it, or a folder between ``top`` and it, is a symbolic link.
+
+    An archive is made to be shared: a link in a run folder (``history.csv -> ~/.netrc``, a run folder linked in
+    from elsewhere) put the bytes of a file outside the packed folder into it.
+
+    Raises:
+        ArchiveError: naming the link.
+    """
+    for place in [path, *path.parents]:
+        if place == top or top not in place.parents:
+            return
+        if place.is_symlink():
+            raise ArchiveError(f"{place}: a symbolic link; pack copies only files that lie inside the packed folder "
+                               "(replace the link by a copy of its target, or pack the target's folder)")
+
+
 def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False) -> list[tuple[str, bytes]]:
     """(name inside the run folder, content) of what resuming ``run_dir`` needs (see the module docstring)."""
     status = run_status(run_dir)
@@ -168,6 +188,8 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
     names = list(RUN_FILES)
     if status == FINISHED:
         names += list(RESULT_FILES) + sorted(p.name for p in run_dir.glob(RESULT_GLOB))
+    for name in [*names, *(f"checkpoints/{stage}/{ckpt}" for stage in STAGES for ckpt in CHECKPOINT_NAMES)]:
+        _refuse_links(run_dir, run_dir / name)
     for name in names:
         if (run_dir / name).is_file():
             members.append((name, (run_dir / name).read_bytes()))
@@ -195,7 +217,7 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
                                "which are missing or outside the run folder")
         members.append((weights_record(run_dir, weights), _weights_only(weights)))
     # The stage in progress: the one progress.json marks unfinished (a time budget stopped it) or, in a killed run,
-    # one it has no entry for yet (progress.json is written when a stage ends): its checkpoints are the resume point.
+    # one it has no entry for yet (stages enter progress.json when they end): its checkpoints are the resume point.
     for name in STAGES:
         stage_dir = run_dir / "checkpoints" / name
         if name in completed:
@@ -234,6 +256,7 @@ def pack(folder: str | Path, out: str | Path, keep_final_weights: bool = False,
     files: dict[str, dict[str, Any]] = {}
     contents: list[tuple[str, bytes]] = []
     for run_dir in runs:
+        _refuse_links(folder, run_dir)
         relative = run_dir.relative_to(folder).as_posix()
         members = _run_members(run_dir, keep_final_weights, compact)
         for name, data in members:
@@ -589,6 +612,34 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
         raise ArchiveError(f"{existing[0]} exists; unpack into an empty folder or pass --overwrite "
                            f"({len(existing)} file(s) would be replaced or removed)")
     _check_space(out, sum(record["bytes"] for record in manifest["files"].values()))
+    with contextlib.ExitStack() as locks:
+        for run in runs:
+            _lock_run(out / run, locks)
+        return _restore(source, out, manifest, targets, runs, left, carried, warn)
+
+
+def _lock_run(run_dir: Path, stack: contextlib.ExitStack) -> None:
+    """Hold the write lock of ``run_dir`` (see ``rpm_lib.run_progress.RUN_LOCK``) until ``stack`` closes, where a
+    run has trained there: a run still training would go on writing over the restored state (or the restored
+    files over its epochs), and none may start while the files are replaced.
+
+    Raises:
+        ArchiveError: a training process holds it, or something other than a regular file sits at its path.
+    """
+    from rpm_lib.folder_lock import FolderBusyError, UnsafeLockFileError, exclusive_writer
+
+    lock = run_dir / RUN_LOCK
+    if not (lock.exists() or lock.is_symlink()):
+        return  # no run has trained here since locks exist: none is training now
+    try:
+        stack.enter_context(exclusive_writer(lock, "rpm-train", folder=run_dir))
+    except (FolderBusyError, UnsafeLockFileError) as error:
+        raise ArchiveError(f"{error}; nothing unpacked") from None
+
+
+def _restore(source: Path, out: Path, manifest: dict[str, Any], targets: dict[str, Path], runs: list[str],
+             left: dict[str, list[Path]], carried: set[Path], warn: Callable[[str], None] | None) -> dict[str, Any]:
+    """The writing half of :func:`unpack`, once everything is checked and the runs' locks are held."""
     written = _write_partials(source, out, targets)
     try:
         removed: list[Path] = []

@@ -19,6 +19,9 @@ FINISHED, UNFINISHED = "finished", "unfinished"
 #: Exit status of ``rpm-train`` and ``rpm-batch`` when a time budget ended work that a rerun continues:
 #: EX_TEMPFAIL of sysexits.h, "try again later".
 UNFINISHED_EXIT_CODE = 75
+#: A run folder's write lock (``rpm_lib.folder_lock``), held by the process that trains in it (``train``); an
+#: ``rpm-batch unpack --overwrite`` over the folder waits for no one: it is refused while the lock is held.
+RUN_LOCK = ".rpm-train.lock"
 
 
 def weights_record(run_dir: Path, path: Path) -> str:

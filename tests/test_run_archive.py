@@ -198,8 +198,9 @@ def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(("setup", "stage"), [("ce_aux_sparse", "supervised"), ("mlcl", "linear")])
 def test_a_killed_run_is_packed_and_resumes_elsewhere_to_the_same_metrics(tiny_data: Path, tmp_path: Path,
                                                                         setup: str, stage: str) -> None:
-    # ce_aux_sparse killed in its only stage has no progress.json at all; mlcl killed in linear has one that does
-    # not mention linear yet. Either way its last.ckpt is the resume point, which must travel.
+    # ce_aux_sparse killed in its only stage has a progress.json with its data's fingerprint and no stage; mlcl
+    # killed in linear has one that does not mention linear yet. Either way its last.ckpt is the resume point,
+    # which must travel.
     from rpm_lib.training.config import TrainConfig
     from rpm_lib.training.run import train
 
@@ -213,7 +214,8 @@ def test_a_killed_run_is_packed_and_resumes_elsewhere_to_the_same_metrics(tiny_d
         killed = tmp_path / "batch" / "run"
         with pytest.raises(_Killed):
             train(TrainConfig(run_dir=str(killed), **fields), callbacks=[_kill_in(stage)])
-        assert (killed / "progress.json").exists() == (stage == "linear")
+        progress = json.loads((killed / "progress.json").read_text())
+        assert progress["data_fingerprint"].startswith("sha256-") and stage not in progress.get("stages", {})
         assert run_archive.find_runs(tmp_path / "batch") == [killed]
         runs = run_archive.pack(killed, tmp_path / "state.tar.gz")
         assert runs[0].status == "unfinished" and f"checkpoints/{stage}/last.ckpt" in runs[0].files

@@ -12,6 +12,7 @@ Run folder (``config.run_dir``)::
                          in- / out-of-distribution (rpm_lib.training.eval_sets)
     predictions.npz      per-sample test predictions (see rpm_lib.training.evaluation.Predictions)
     predictions_<name>.npz   the same for each extra test set
+    .rpm-train.lock      held while a process trains here: a second one is refused (rpm_lib.run_progress.RUN_LOCK)
 
 Resume: with ``resume=true`` finished stages are skipped (their weights reloaded) and the interrupted
 stage continues from its ``last.ckpt`` (weights, optimiser, early stopping, epoch counter, position in the
@@ -28,6 +29,7 @@ with another fingerprint. Paths in progress.json are relative and Lightning's ar
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import json
 import math
@@ -50,7 +52,7 @@ from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLim
 from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
-from rpm_lib.run_progress import FINISHED, UNFINISHED, recorded_weights, weights_record
+from rpm_lib.run_progress import FINISHED, RUN_LOCK, UNFINISHED, recorded_weights, weights_record
 from rpm_lib.training.stop_signals import KeepStopSignals, stop_on_signals
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows
@@ -132,6 +134,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
     rank = _launch_rank()
     with quiet_lightning(), float32_matmul_precision(config.matmul_precision), contextlib.ExitStack() as signals:
         if rank == 0:
+            _lock_run_dir(run_dir, signals)  # before _prepare_run_dir: overwrite=true deletes files
             _prepare_run_dir(config, run_dir)
             stop_file = run_dir / STOP_FILE
             if stop_file.is_dir() and not stop_file.is_symlink():
@@ -143,6 +146,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         torch.manual_seed(derive_seed(config.seed, "init"))
         module = RpmModule(config, config.rule_spec.width)
         progress = _read_progress(run_dir / "progress.json") if config.resume else {}
+        if config.resume and rank == 0:
+            _check_history(run_dir / "history.csv")
         finished = _finished_metrics(run_dir, progress, config) if rank == 0 else None
         if finished is not None:
             return finished  # its config.yaml stays the one its results came from
@@ -308,6 +313,10 @@ class ProgressRecord:
         if problems is not None:
             self.progress["data_problems"] = problems
         self.progress["data_opencv"] = made
+        if recorded is None and self.writer:
+            # Written now, not when the first stage ends: a run killed before that (SIGKILL, the out-of-memory
+            # killer, a lost node) resumes from its last.ckpt, and without the record it would accept any data.
+            _write_json(self.path, self.progress)
         return current
 
     def has_time_for_evaluation(self, deadline: Deadline, config: TrainConfig) -> bool:
@@ -705,6 +714,12 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
         raise ConfigError(f"config field 'run_dir': {run_dir} is a file, not a folder")
     present = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
     present += sorted(p.name for p in run_dir.glob(EXTRA_PREDICTIONS_GLOB)) if run_dir.is_dir() else []
+    if config.resume and present and not (run_dir / "config.yaml").is_file():
+        # Without it nothing below can tell that this config (seed, lr, batch_size, ...) is the run's: the rest
+        # of the run would silently train with other settings, and metrics.json record only the new ones.
+        raise ConfigError(f"resume: {run_dir} holds a run ({', '.join(present)}) but no config.yaml, so nothing "
+                          "shows that this config is the one it started with; put its config.yaml back, or use "
+                          "overwrite=true")
     if present and not config.resume:
         if not config.overwrite:
             raise ConfigError(
@@ -735,17 +750,103 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
         raise ConfigError(f"config field 'run_dir': cannot make the folder {run_dir} ({error.strerror})") from None
 
 
+def _lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
+    """Hold ``run_dir``'s write lock until ``stack`` closes: a second process on the same run folder (a batch
+    started twice, a resume beside a running slice) is refused in one line instead of writing ``last.ckpt``,
+    ``history.csv`` and ``progress.json`` over the first one's, or deleting them (``overwrite=true``).
+
+    A file system without ``flock`` (some network mounts) gets a note and no lock.
+
+    Raises:
+        ConfigError: ``run_dir`` is a file or cannot be made, another process holds the lock, or something other
+            than a regular file sits at the lock's path.
+    """
+    import errno
+
+    from rpm_lib.folder_lock import FolderBusyError, UnsafeLockFileError, exclusive_writer
+
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"config field 'run_dir': {run_dir} is a file, not a folder")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"config field 'run_dir': cannot make the folder {run_dir} ({error.strerror})") from None
+    try:
+        stack.enter_context(exclusive_writer(run_dir / RUN_LOCK, "rpm-train", folder=run_dir))
+    except (FolderBusyError, UnsafeLockFileError) as error:
+        raise ConfigError(f"config field 'run_dir': {error}") from None
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+        print(f"rpm-train: note: {run_dir}: the file system offers no lock ({error.strerror}); make sure no other "
+              "process trains in this run folder", file=sys.stderr)
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     return read_object(path, ConfigError, "delete it or use overwrite=true", missing_ok=True)
 
 
 def _read_progress(path: Path) -> dict[str, Any]:
-    """``progress.json`` (``{}`` when absent), its ``stages`` checked to map stage names to objects."""
+    """``progress.json`` (``{}`` when absent), every field a resumed run reads checked for its type (see
+    :class:`ProgressRecord` for the layout).
+
+    A shared or hand-edited file is untrusted: ``"slices": "abc"`` or a number as ``data_fingerprint`` failed with a
+    traceback after the whole slice had trained, ``"epochs": "x"`` before the second stage.
+
+    Raises:
+        ConfigError: ``<path>: field '<name>' must be ...; delete it or use overwrite=true``.
+    """
     progress = _read_json(path)
+
+    def refuse(field: str, what: str) -> ConfigError:
+        return ConfigError(f"{path}: field {field!r} must be {what}; delete it or use overwrite=true")
+
     stages = progress.get("stages", {})
     if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
-        raise ConfigError(f"{path}: field 'stages' must map stage names to objects; delete it or use overwrite=true")
+        raise refuse("stages", "a mapping of stage names to objects")
+    for name, summary in stages.items():
+        for key in ("epochs", "global_step"):
+            value = summary.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise refuse(f"stages.{name}.{key}", f"a whole number >= 0, got {value!r}")
+        for key in ("completed", "skipped"):
+            if key in summary and not isinstance(summary[key], bool):
+                raise refuse(f"stages.{name}.{key}", f"true or false, got {summary[key]!r}")
+    if progress.get("status") not in (None, FINISHED, UNFINISHED):
+        raise refuse("status", f"{FINISHED!r} or {UNFINISHED!r}, got {progress['status']!r}")
+    for field in ("slices", "data_changes"):
+        value = progress.get(field, [])
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise refuse(field, "a list of objects")
+    for field in ("data_fingerprint", "data_problems"):
+        if not isinstance(progress.get(field, ""), str):
+            raise refuse(field, f"a fingerprint string, got {progress[field]!r}")
+    if not isinstance(progress.get("data_opencv") or {}, dict):
+        raise refuse("data_opencv", f"an object, got {progress['data_opencv']!r}")
     return progress
+
+
+def _check_history(path: Path) -> None:
+    """Refuse, in one line, a ``history.csv`` that a resumed stage cannot read back (it keeps the rows before the
+    resume point): text that is not UTF-8 CSV, no ``stage`` or ``epoch`` column, an epoch that is no whole number.
+
+    Checked before training: the stage read it only when it started, with a traceback.
+
+    Raises:
+        ConfigError: naming the file and the line.
+    """
+    advice = "fix that line or delete the file (the run then resumes without the rows before), or use overwrite=true"
+    try:
+        rows = history_rows(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise ConfigError(f"resume: {path}: unreadable ({type(error).__name__}: {error}); delete it (the run then "
+                          "resumes without the rows before) or use overwrite=true") from None
+    for number, row in enumerate(rows, start=2):  # line 1 is the header
+        epoch = row.get("epoch")
+        if row.get("stage") is None or epoch is None:
+            raise ConfigError(f"resume: {path}: line {number}: no 'stage' and 'epoch' columns; {advice}")
+        if not (epoch.strip().isascii() and epoch.strip().isdigit()):
+            raise ConfigError(f"resume: {path}: line {number}: epoch {epoch!r} is not a whole number >= 0; {advice}")
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
