@@ -4,8 +4,9 @@ An SCL step at batch 128 is bound by the host's kernel launches (the GPU is busy
 docs/reproduction-gpu.md), so two runs sharing one GPU can fill each other's gaps, which is how the Table 1 campaign
 trains (``rpm-batch --jobs 2`` in slices 1-3, ``--jobs 3`` since). This measures it: for each count N in ``--runs``
 (default 1,2), N processes each train the same setup on the same data for the same wall budget
-(``bench/device_check.py``'s training part), started together, each with ``--total-workers / N`` DataLoader workers. Per run: the RPMs/s of its training steps
-(validation excluded) and the GPU utilisation it sampled; per N: their sum, and its ratio to N = 1.
+(``bench/device_check.py``'s training part), started together, each with ``--total-workers / N`` DataLoader
+workers. Per run: the RPMs/s of its training steps (validation excluded) and the GPU utilisation it sampled; per
+N: their sum, and its ratio to N = 1.
 
 ``--baseline-code DIR`` first trains one run of an earlier version in the same call: DIR holds that version's
 ``rpm_lib`` and ``bench`` (``make device-wheels`` puts issue 20's reference, ce69914, in ``.device/baseline``), so a
@@ -30,6 +31,8 @@ from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 REPO = Path(__file__).resolve().parents[1]
+#: The ``code`` of the rows that this checkout trained (the others name an earlier version).
+THIS_VERSION = "this version"
 
 
 def _counts(text: str) -> list[int]:
@@ -37,9 +40,6 @@ def _counts(text: str) -> list[int]:
     if not counts or min(counts) < 1:
         raise argparse.ArgumentTypeError(f"--runs: positive counts separated by commas, not {text!r}")
     return counts
-
-
-THIS_VERSION = "this version"
 
 
 def _code_env(code: Path | None) -> dict[str, str]:
@@ -71,7 +71,7 @@ def run_together(count: int, args: argparse.Namespace, data: str, out: Path,
     version's tree to train with instead of this checkout (``label`` names it in the table)."""
     workers = args.total_workers // count
     root = REPO if code is None else code.resolve()
-    script = (root / "bench" / "device_check.py")
+    script = root / "bench" / "device_check.py"
     # an earlier version may not know --loader-workers; then it trains with its own default
     takes_workers = "--loader-workers" in script.read_text(encoding="utf-8")
     prefix = f"n{count}" if code is None else "baseline"
@@ -115,10 +115,10 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
     ran first, against that version's one run."""
     def single(code: str) -> float | None:
         return next((r["aggregate_rpms_per_s"] for r in rows
-                     if r.get("code", THIS_VERSION) == code and r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
+                     if r["code"] == code and r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
 
     base = single(THIS_VERSION)
-    earlier = next((r["code"] for r in rows if r.get("code", THIS_VERSION) != THIS_VERSION), None)
+    earlier = next((r["code"] for r in rows if r["code"] != THIS_VERSION), None)
     before = single(earlier) if earlier else None
     lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s; RPMs/s of training steps "
              "(validation excluded)", "",
@@ -127,13 +127,13 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
              "|---|---:|---:|---|---:|---:|" + ("---:|" if earlier else "") + "---:|"]
     for r in rows:
         agg = r["aggregate_rpms_per_s"]
-        mine = r.get("code", THIS_VERSION) == THIS_VERSION
+        mine = r["code"] == THIS_VERSION
         ratio = f"{agg / base:.2f}x" if agg and base and mine else ""
         versus = (f"| {agg / before:.2f}x " if agg and before else "| ") if earlier else ""
         util = "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"
         per_run = ", ".join(f"{x:,.0f}" for x in r["rpms_per_s_per_run"]) or "failed"
         workers = "its default" if r["loader_workers_per_run"] is None else r["loader_workers_per_run"]
-        lines.append(f"| {r.get('code', THIS_VERSION)} | {r['runs']} | {workers} | {per_run} | "
+        lines.append(f"| {r['code']} | {r['runs']} | {workers} | {per_run} | "
                      f"{'' if agg is None else format(agg, ',.0f')} | {ratio} {versus}| {util} |")
     return "\n".join(lines)
 
