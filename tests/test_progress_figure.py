@@ -125,7 +125,11 @@ def test_runs_still_in_pre_training_show_their_validation_loss_on_a_second_axis(
     mlcl_colour = next(line.get_color() for line in accuracy_axis.get_lines() if line.get_label().startswith("mlcl"))
     assert drawn[0].get_color() == mlcl_colour
     assert loss_axis.get_xlabel() == "epoch (all stages)" and accuracy_axis.get_xlabel() == ""
+    assert loss_axis.get_yscale() == "log"  # a diverging run's 1e6 would otherwise flatten the others
     plt.close(figure)
+    negative = plot_runs_accuracy({"mlcl": {**pretraining, "val_loss": np.array([1.0, -0.5, -1.0, -2.0])}})
+    assert negative.axes[1].get_yscale() == "linear"  # a loss that can be negative keeps a linear axis
+    plt.close(negative)
     only_supervised = plot_runs_accuracy({"ce": supervised})
     assert len(only_supervised.axes) == 1 and only_supervised.axes[0].get_xlabel() == "epoch (all stages)"
     plt.close(only_supervised)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from rpm_lib.viz.evaluation import CHANCE_PERCENT
 
@@ -211,9 +211,17 @@ def plot_runs_accuracy(curves: Mapping[str, Mapping[str, np.ndarray]], reference
     if ax_loss is not None:
         for name, colour, xs, loss in losses:
             ax_loss.plot(xs, loss, color=colour, lw=1.3, marker="." if xs.size < 30 else None, ms=4)
+        if all((loss > 0).all() for *_, loss in losses):
+            # a diverging run (a loss of 1e6 beside others near 6) must not flatten the others into a line at zero
+            ax_loss.set_yscale("log")
+            plain = FuncFormatter(lambda value, _: f"{value:g}")  # 6, 7, 8 rather than 6 x 10^0
+            ax_loss.yaxis.set_major_formatter(plain)
+            values = np.concatenate([loss for *_, loss in losses])
+            if values.max() < 10 * values.min():  # within one decade only the minor ticks carry numbers
+                ax_loss.yaxis.set_minor_formatter(plain)
         ax_loss.set_ylabel("val loss", fontsize=9)
-        ax_loss.text(0.99, 0.95, "epochs without an accuracy (pre-training): validation loss, lower is better",
-                     transform=ax_loss.transAxes, ha="right", va="top", fontsize=7, color="0.3")
+        ax_loss.set_title("epochs without an accuracy (pre-training): validation loss, lower is better",
+                          loc="right", fontsize=7, color="0.3")
         ax_loss.grid(alpha=0.3)
         bottom = ax_loss
     bottom.set_xlabel("epoch (all stages)")
