@@ -17,7 +17,8 @@
   the paper's Table 1 average dashed.
 
 Nothing is recorded from a slice that is recorded already (the same ``started`` in ``slice.json``) or whose
-state would lose work the committed one holds (a run missing, or with fewer steps or epochs: an older slice's files).
+state would lose work the committed one holds (a run missing, or with fewer steps or epochs: an older slice's files;
+``--accept-behind`` records it anyway, with a warning, for a run restarted on purpose).
 
 It ends with a line on what the next slice's device call will carry (the state, the wheels, the rest of the
 repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit. Then commit ``results/`` and
@@ -111,10 +112,12 @@ def slice_reports(files_at: Path, into: Path) -> Path:
     return into
 
 
-def record(files_at: Path) -> dict:
-    """Store the slice found in ``files_at`` (see the module docstring); returns its slices.jsonl entry."""
+def record(files_at: Path, accept_behind: bool = False) -> dict:
+    """Store the slice found in ``files_at`` (see the module docstring); returns its slices.jsonl entry.
+    ``accept_behind``: record a state that holds less of some run than the committed one (a run restarted on
+    purpose), with a warning line naming them, instead of refusing it."""
     with tempfile.TemporaryDirectory() as folder:
-        return _record(files_at, slice_reports(files_at, Path(folder)))
+        return _record(files_at, slice_reports(files_at, Path(folder)), accept_behind)
 
 
 def _report(path: Path, kind: type, files_at: Path) -> object:
@@ -156,7 +159,7 @@ def _runs_behind(committed: Path, new_state: Path, scratch: Path) -> list[str]:
     return behind
 
 
-def _record(files_at: Path, reports: Path) -> dict:
+def _record(files_at: Path, reports: Path, accept_behind: bool = False) -> dict:
     if not files_at.is_dir():
         raise SystemExit(f"campaign_record: error: {files_at} is not a folder (the device tool's files_at)")
     state = files_at / "state.tar.gz"
@@ -198,9 +201,13 @@ def _record(files_at: Path, reports: Path) -> dict:
             reason = " ".join(str(error).replace(f"{joined}: ", "").split())  # the joined copy is ours, not theirs
             raise SystemExit(f"campaign_record: error: {source}: {reason}; nothing recorded") from None
         behind = _runs_behind(RESULTS / "state.tar.gz", Path(folder) / "check", Path(folder) / "committed")
-        if behind:
+        if behind and not accept_behind:
             raise SystemExit(f"campaign_record: error: {files_at}'s state would lose work that the committed state "
-                             f"holds ({'; '.join(behind)}): an older slice's files? nothing recorded")
+                             f"holds ({'; '.join(behind)}): an older slice's files? (a run restarted on purpose: "
+                             "--accept-behind); nothing recorded")
+        if behind:
+            print(f"campaign_record: warning: recorded although it holds less than the committed state: "
+                  f"{'; '.join(behind)}", file=sys.stderr)
         RESULTS.mkdir(parents=True, exist_ok=True)
         stored = RESULTS / "state.tar.gz"
         shutil.copyfile(joined, stored)
@@ -351,13 +358,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("files_at", nargs="?", type=Path, help="the folder holding the slice's $OUT files")
+    parser.add_argument("--accept-behind", action="store_true",
+                        help="record a state that holds less of a run than the committed one (a run restarted on "
+                             "purpose), with a warning, instead of refusing it")
     parser.add_argument("--check", action="store_true",
                         help="only re-render docs/reproduction-gpu.md and results/table1_scl_gpu/progress.png")
     args = parser.parse_args(argv)
     if not args.check:
         if args.files_at is None:
             parser.error("give the folder of the slice's files (or --check)")
-        entry = record(args.files_at)
+        entry = record(args.files_at, args.accept_behind)
         print(f"campaign_record: slice {entry['slice']} on {entry['device']}: state "
               f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
         print(carry_note(entry["state_bytes"], *_carried_besides_state()))

@@ -253,7 +253,8 @@ def _state_of_runs(folder: Path, epochs: dict[str, int]) -> bytes:
     return (folder / "state.tar.gz").read_bytes()
 
 
-def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothing(tmp_path: Path) -> None:
+def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Found by trying it: recording slice 4's files after slice 5's silently put slice 4's state back (the runs lost
     # the epochs of slice 5) and appended slice 4 again as a sixth slice.
     record = _campaign_record()
@@ -290,3 +291,7 @@ def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothin
     newer = slice_folder("newer", {"main/a": 6, "main/b": 3, "main/c": 1}, 4000)
     assert record.record(newer)["slice"] == 2
     assert (results / "state.tar.gz").read_bytes() == (newer / "state.tar.gz").read_bytes()
+    # a run restarted on purpose (say after a change of method): recorded when asked, with a warning
+    restarted = slice_folder("restarted", {"main/a": 6, "main/b": 1, "main/c": 2}, 5000)
+    assert record.record(restarted, accept_behind=True)["slice"] == 3
+    assert "warning: recorded although it holds less" in capsys.readouterr().err
