@@ -32,6 +32,7 @@ from typing import Any
 
 from rpm_lib.batch import BatchConfig, BatchConfigError, RunResult, RunSpec, run_dir_of, run_one
 from rpm_lib.run_progress import FINISHED, UNFINISHED, stopped_by_budget
+from rpm_lib.training.stop_signals import held_from_the_kernel
 from rpm_lib.training.time_budget import STOP_FILE
 
 #: Per-run record of the job that runs it.
@@ -184,7 +185,10 @@ class GridCell:
         _log(run_dir, f"job {job}: start on {socket.gethostname()} (restart {restarts}), run budget until "
                       f"{time.strftime('%H:%M:%S', time.localtime(end))}")
         threads = self.settings.cpus_per_task
-        result: RunResult = run_one(spec, self.config, self.out, threads=threads, deadline=(end, whole))
+        with held_from_the_kernel() as arrived:
+            result: RunResult = run_one(spec, self.config, self.out, threads=threads, deadline=(end, whole))
+        for name in arrived:
+            _log(run_dir, f"job {job}: {name} received during the run (the run's own process took it)")
         stop_file.unlink(missing_ok=True)
         _log(run_dir, f"job {job}: {result.status} after {time.time() - started:.0f} s")
         if result.status == "failed":

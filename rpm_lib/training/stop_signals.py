@@ -11,6 +11,12 @@ Which signals:
 * in ``rpm-train`` (``interactive=True``): SIGTERM (``kill``, a process manager, a container stopping) and SIGINT
   (Ctrl-C). A second SIGINT stops at once (:class:`Interrupted`), keeping the last epoch's checkpoint.
 
+A SLURM task keeps these signals blocked while its notebook kernel runs (:func:`held_from_the_kernel`): SLURM
+signals every process of the job, and its SIGUSR2 may come up to a minute early, so it reached kernels still
+starting, before any handler, and killed them ("Kernel died before replying to kernel_info"). The kernel inherits
+the blocked signals; :func:`stop_on_signals` unblocks them while ``train`` runs, and any that arrived meanwhile
+become stop requests then.
+
 Lightning 2.6 installs its own SIGTERM handler when ``Trainer.fit`` starts: it calls the handler it finds, then
 ends the process with ``SIGTERMException`` after the batch in progress, a ``SystemExit`` with status 0, the status
 of a finished run. :class:`KeepStopSignals` puts this module's handlers back once training starts; Lightning
@@ -32,6 +38,8 @@ import lightning as L
 
 #: The handlers of the innermost active :func:`stop_on_signals` (signal -> handler), for :class:`KeepStopSignals`.
 _active: dict[int, Any] = {}
+#: What SLURM sends a job: SIGUSR2 before its time limit (``--signal=USR2@N``), SIGTERM on preemption or at it.
+SLURM_STOP_SIGNALS: frozenset[int] = frozenset({signal.SIGUSR2, signal.SIGTERM})
 
 
 class Interrupted(Exception):
@@ -41,7 +49,7 @@ class Interrupted(Exception):
 def _signals(interactive: bool) -> set[int]:
     chosen: set[int] = set()
     if "SLURM_JOB_ID" in os.environ:
-        chosen |= {signal.SIGUSR2, signal.SIGTERM}
+        chosen |= SLURM_STOP_SIGNALS
     if interactive:
         chosen |= {signal.SIGTERM, signal.SIGINT}
     return chosen
@@ -83,6 +91,8 @@ def stop_on_signals(stop_file: Path, interactive: bool = False, program: str = "
               f"state{again}", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, request_stop) for sig in chosen}
+    # Started with them blocked (a SLURM task's kernel): those that arrived meanwhile are delivered now, as requests.
+    held = signal.pthread_sigmask(signal.SIG_UNBLOCK, chosen) & chosen
     outer = dict(_active)
     _active.clear()
     _active.update({sig: request_stop for sig in chosen})
@@ -91,8 +101,32 @@ def stop_on_signals(stop_file: Path, interactive: bool = False, program: str = "
     finally:
         _active.clear()
         _active.update(outer)
+        if held:  # blocked again before the old handlers return: one arriving now waits instead of killing
+            signal.pthread_sigmask(signal.SIG_BLOCK, held)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def held_from_the_kernel() -> Iterator[list[str]]:
+    """Inside a SLURM job, block :data:`SLURM_STOP_SIGNALS` in this thread while inside: a notebook kernel started
+    meanwhile inherits them blocked, so one arriving before ``train`` takes them cannot kill it (module docstring).
+
+    Those that reach this process meanwhile are taken on exit, not delivered: the run's own process has acted on
+    them (SLURM signals it too), and a stop request written after the run would stop the next one at once. Their
+    names are put in the yielded list, for a log line. Outside SLURM, or off the main thread, nothing changes.
+    """
+    taken: list[str] = []
+    if "SLURM_JOB_ID" not in os.environ or threading.current_thread() is not threading.main_thread():
+        yield taken
+        return
+    held = SLURM_STOP_SIGNALS - signal.pthread_sigmask(signal.SIG_BLOCK, SLURM_STOP_SIGNALS)
+    try:
+        yield taken
+    finally:
+        while held and (info := signal.sigtimedwait(held, 0)) is not None:
+            taken.append(signal.Signals(info.si_signo).name)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 class KeepStopSignals(L.Callback):
