@@ -21,10 +21,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -244,7 +246,9 @@ def submit(config: BatchConfig, specs: Sequence[RunSpec], out: Path, settings: S
         log("rpm-batch: every run is finished or already queued; nothing to submit")
         return []
     folder = (out / "slurm" / "%j").resolve()
-    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues)
+    # rpm_lib.slurm_start: the task ignores SLURM's SIGUSR2 until a handler is there (an early one killed it)
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues,
+                                      python=f"{shlex.quote(sys.executable)} -m rpm_lib.slurm_start")
     parameters: dict[str, Any] = dict(
         time=settings.time_min, cpus_per_task=settings.cpus_per_task, ntasks_per_node=1, nodes=1,
         signal_delay_s=settings.signal_delay_s, array_parallelism=settings.array_parallelism,

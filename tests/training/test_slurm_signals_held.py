@@ -82,3 +82,39 @@ def test_training_in_a_kernel_started_with_them_blocked_turns_one_that_arrived_e
         print(json.dumps({"requested": requested, "blocked_inside": inside, "blocked_after": outside}))
     """, tmp_path)
     assert result == {"requested": True, "blocked_inside": False, "blocked_after": ["SIGTERM", "SIGUSR2"]}
+
+
+def test_a_slurm_task_still_loading_its_work_survives_an_early_usr2(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    # submitit waits up to a minute for the job's pickle to appear: a task still loading, as in its first seconds
+    env = {**os.environ, "_TEST_CLUSTER_": "slurm", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
+           "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "node",
+           "SLURMD_NODENAME": "node"}
+    task = subprocess.Popen([sys.executable, "-m", "rpm_lib.slurm_start", "-u", "-m", "submitit.core._submit",
+                             str(tmp_path)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        time.sleep(3)
+        assert task.poll() is None, task.stderr.read().decode()[-2000:]
+        task.send_signal(signal.SIGUSR2)
+        time.sleep(1)
+        assert task.poll() is None  # before: killed by it (srun: "task 0: User defined signal 2")
+    finally:
+        task.kill()
+        task.wait()
+
+
+def test_the_slurm_start_refuses_arguments_it_does_not_expect_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "rpm_lib.slurm_start", "-m", "other"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "rpm_lib.slurm_start: error: expected -u -m submitit.core._submit FOLDER, got -m other"]
+
+
+def test_slurm_jobs_start_through_it() -> None:
+    import inspect
+
+    from rpm_lib import slurm
+
+    assert "-m rpm_lib.slurm_start" in inspect.getsource(slurm.submit)
