@@ -710,10 +710,9 @@ def _launch_rank() -> int:
 
 
 def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"config field 'run_dir': {run_dir} is a file, not a folder")
+    """Refuse, clear or check a run folder's earlier run; the folder itself was made by :func:`_lock_run_dir`."""
     present = [name for name in RUN_ARTIFACTS if (run_dir / name).exists()]
-    present += sorted(p.name for p in run_dir.glob(EXTRA_PREDICTIONS_GLOB)) if run_dir.is_dir() else []
+    present += sorted(p.name for p in run_dir.glob(EXTRA_PREDICTIONS_GLOB))
     if config.resume and present and not (run_dir / "config.yaml").is_file():
         # Without it nothing below can tell that this config (seed, lr, batch_size, ...) is the run's: the rest
         # of the run would silently train with other settings, and metrics.json record only the new ones.
@@ -744,10 +743,6 @@ def _prepare_run_dir(config: TrainConfig, run_dir: Path) -> None:
             raise ConfigError(f"resume: {run_dir}/progress.json records no data fingerprint, so data_root cannot "
                               f"move ({previous.get('data_root')} -> {current['data_root']}); resume with the "
                               "original data_root")
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(f"config field 'run_dir': cannot make the folder {run_dir} ({error.strerror})") from None
 
 
 def _lock_run_dir(run_dir: Path, stack: contextlib.ExitStack) -> None:
