@@ -8,12 +8,17 @@ trains (``rpm-batch --jobs 2`` in slices 1-3, ``--jobs 3`` since). This measures
 workers. Per run: the RPMs/s of its training steps (validation excluded) and the GPU utilisation it sampled; per
 N: their sum, and its ratio to N = 1.
 
+``--cuda-mps`` adds, for every count above one, a round of the same runs through a private CUDA Multi-Process Service
+daemon (``rpm_lib.cuda_mps``), whose server lets the processes' kernels run side by side instead of taking turns; the
+row says how many of its runs connected to the daemon (a run that finds none trains without it).
+
 ``--baseline-code DIR`` first trains one run of an earlier version in the same call: DIR holds that version's
 ``rpm_lib`` and ``bench`` (``make device-wheels`` puts issue 20's reference, ce69914, in ``.device/baseline``), so a
 speed-up over it is a ratio measured side by side on one machine, never two numbers from two machines.
 
     python bench/bench_concurrent_runs.py --data data/i-raven-80 --out $OUT/concurrent     # GPU, ~3 min
     python bench/bench_concurrent_runs.py --data data/i-raven-80 --baseline-code .device/baseline --out ...
+    python bench/bench_concurrent_runs.py --data data/i-raven-80 --cuda-mps --out $OUT/concurrent  # + 2 runs under MPS
     python bench/bench_concurrent_runs.py --cpu-dry-run --out /tmp/cr                       # tiny, CPU, ~1 min
 
 Writes ``concurrent_runs.json`` and ``concurrent_runs.md`` in ``--out``.
@@ -23,16 +28,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
+from rpm_lib.cuda_mps import MpsUnavailable, find_control, mps_daemon  # noqa: E402 - after the environment is set
 REPO = Path(__file__).resolve().parents[1]
 #: The ``code`` of the rows that this checkout trained (the others name an earlier version).
 THIS_VERSION = "this version"
+#: Beside it, the rows of this checkout trained through an MPS daemon.
+THIS_VERSION_MPS = "this version, MPS"
 
 
 def _counts(text: str) -> list[int]:
@@ -66,15 +76,31 @@ def check_baseline_code(code: Path) -> str | None:
 
 
 def run_together(count: int, args: argparse.Namespace, data: str, out: Path,
-                 code: Path | None = None, label: str = THIS_VERSION) -> dict[str, Any]:
+                 code: Path | None = None, label: str = THIS_VERSION, mps: bool = False) -> dict[str, Any]:
     """``count`` training processes started together; their numbers when all have ended. ``code``: an earlier
-    version's tree to train with instead of this checkout (``label`` names it in the table)."""
+    version's tree to train with instead of this checkout (``label`` names it in the table). ``mps``: through a
+    private MPS daemon, started before the processes and stopped after them."""
+    if not mps:
+        return _run_processes(count, args, data, out, code, label, {})
+    folder = Path(tempfile.mkdtemp(prefix="rpm-mps-"))
+    try:
+        with mps_daemon(folder) as daemon:
+            row = _run_processes(count, args, data, out, code, label, daemon.env, prefix=f"mps{count}")
+            row["mps_clients"] = daemon.clients()
+            row["mps_server_failure"] = daemon.server_failure()
+            return row
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, code: Path | None, label: str,
+                   extra_env: dict[str, str], prefix: str | None = None) -> dict[str, Any]:
     workers = args.total_workers // count
     root = REPO if code is None else code.resolve()
     script = root / "bench" / "device_check.py"
     # an earlier version may not know --loader-workers; then it trains with its own default
     takes_workers = "--loader-workers" in script.read_text(encoding="utf-8")
-    prefix = f"n{count}" if code is None else "baseline"
+    prefix = prefix or (f"n{count}" if code is None else "baseline")
     processes = []
     began = time.perf_counter()
     for index in range(count):
@@ -86,7 +112,7 @@ def run_together(count: int, args: argparse.Namespace, data: str, out: Path,
             command += ["--loader-workers", str(workers)]
         if args.cpu_dry_run:
             command.append("--cpu-dry-run")
-        env = _code_env(code)
+        env = {**_code_env(code), **extra_env}
         if args.cpu_dry_run:
             # CPU runs split the cores: OpenMP threads spinning on more cores than there are slow everyone down
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // count))
@@ -118,23 +144,32 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
                      if r["code"] == code and r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
 
     base = single(THIS_VERSION)
-    earlier = next((r["code"] for r in rows if r["code"] != THIS_VERSION), None)
+    earlier = next((r["code"] for r in rows if r["code"] not in (THIS_VERSION, THIS_VERSION_MPS)), None)
+    with_mps = any("mps_clients" in r for r in rows)
     before = single(earlier) if earlier else None
     lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s; RPMs/s of training steps "
              "(validation excluded)", "",
              "| code | runs at once | loader workers per run | RPMs/s per run | aggregate RPMs/s | vs 1 run "
              + (f"| vs {earlier} " if earlier else "") + "| GPU util % |",
              "|---|---:|---:|---|---:|---:|" + ("---:|" if earlier else "") + "---:|"]
+    if with_mps:
+        lines[2] += " runs connected to MPS |"
+        lines[3] += "---:|"
     for r in rows:
         agg = r["aggregate_rpms_per_s"]
-        mine = r["code"] == THIS_VERSION
+        mine = r["code"] in (THIS_VERSION, THIS_VERSION_MPS)
         ratio = f"{agg / base:.2f}x" if agg and base and mine else ""
         versus = (f"| {agg / before:.2f}x " if agg and before else "| ") if earlier else ""
         util = "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"
         per_run = ", ".join(f"{x:,.0f}" for x in r["rpms_per_s_per_run"]) or "failed"
         workers = "its default" if r["loader_workers_per_run"] is None else r["loader_workers_per_run"]
         lines.append(f"| {r['code']} | {r['runs']} | {workers} | {per_run} | "
-                     f"{'' if agg is None else format(agg, ',.0f')} | {ratio} {versus}| {util} |")
+                     f"{'' if agg is None else format(agg, ',.0f')} | {ratio} {versus}| {util} |"
+                     + (f" {r['mps_clients']} of {r['runs']} |" if "mps_clients" in r else
+                        (" |" if with_mps else "")))
+    failures = sorted({r["mps_server_failure"] for r in rows if r.get("mps_server_failure")})
+    if failures:
+        lines += ["", *(f"MPS server: {line}" for line in failures)]
     return "\n".join(lines)
 
 
@@ -152,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                              "`git archive ce69914 rpm_lib bench`) on the same data, for ratios against it")
     parser.add_argument("--baseline-label", default=None,
                         help="that version's name in the table (default: DIR/REVISION's text, else DIR's name)")
+    parser.add_argument("--cuda-mps", action="store_true",
+                        help="for each count above one, also train the runs through a private CUDA MPS daemon "
+                             "(rpm_lib.cuda_mps; NVIDIA GPUs): kernels of the runs may then run side by side")
     parser.add_argument("--cpu-dry-run", action="store_true", help="tiny sizes on the CPU: the same code path")
     parser.add_argument("--out", type=Path, default=REPO / "runs" / "concurrent_runs", help="output folder")
     args = parser.parse_args(argv)
@@ -178,16 +216,29 @@ def main(argv: list[str] | None = None) -> int:
         revision = args.baseline_code / "REVISION"
         label = args.baseline_label or (revision.read_text(encoding="utf-8").strip() if revision.is_file()
                                         else args.baseline_code.resolve().name)
+    if args.cuda_mps:
+        try:
+            find_control()
+        except MpsUnavailable as error:
+            parser.error(f"--cuda-mps: {error}")
     import torch
 
     device = "CPU (dry run)" if args.cpu_dry_run or not torch.cuda.is_available() else torch.cuda.get_device_name(0)
-    rounds: list[tuple[int, Path | None, str]] = [(count, None, THIS_VERSION) for count in args.runs]
+    rounds: list[tuple[int, Path | None, str, bool]] = []
+    for count in args.runs:
+        rounds.append((count, None, THIS_VERSION, False))
+        if args.cuda_mps and count > 1:
+            rounds.append((count, None, THIS_VERSION_MPS, True))
     if label is not None:
-        rounds.insert(0, (1, args.baseline_code, label))
+        rounds.insert(0, (1, args.baseline_code, label, False))
     rows = []
-    for count, code, name in rounds:
+    for count, code, name, mps in rounds:
         print(f"[concurrent] {count} run(s) at once of {name}, {args.train_budget:g} s each ...", flush=True)
-        rows.append(run_together(count, args, data, args.out, code, name))
+        try:
+            rows.append(run_together(count, args, data, args.out, code, name, mps))
+        except MpsUnavailable as error:  # the daemon would not start: the other rounds still count
+            print(f"[concurrent] {name}: skipped: {error}", flush=True)
+            continue
         print(f"[concurrent] {json.dumps(rows[-1])}", flush=True)
         (args.out / "concurrent_runs.json").write_text(json.dumps({"device": device, "rows": rows}, indent=1))
     table = render(rows, args, device)

@@ -34,6 +34,10 @@ JOBS=${CAMPAIGN_JOBS:-3}
 # A file coming back from a device call may hold at most 16 MiB: a larger state comes back in numbered parts
 # (state.tar.gz.part00, part01, ...) that bench/campaign_record.py joins.
 PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
+# CAMPAIGN_CUDA_MPS=1: the runs share the GPU through a private CUDA MPS daemon (rpm-batch --cuda-mps), so that their kernels
+# may run side by side; off until bench/bench_concurrent_runs.py --cuda-mps shows that it pays (docs/reproduction-gpu.md).
+MPS=()
+[[ ${CAMPAIGN_CUDA_MPS:-0} == 1 ]] && MPS=(--cuda-mps)
 # Seconds kept after the batch for packing the state and writing the reports.
 RESERVE=${CAMPAIGN_RESERVE:-25}
 
@@ -101,7 +105,7 @@ for number in "${!BUDGETS[@]}"; do
         budget=$(( BUDGETS[number] - ($(date +%s) - STARTED) - RESERVE ))
     fi
     echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
-    rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" --workers-per-run auto --time-budget "$budget"
+    rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget"
     status=$?
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
     mkdir -p "$(dirname "$STATE")"

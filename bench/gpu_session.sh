@@ -13,6 +13,7 @@
 # holds the reference version (`make device-wheels`: ce69914), one run of it trains first, for the ratios against it.
 # A setup starts only when its rounds fit, ~(budget + 40) s each: with the reference, 3 rounds, ~4.3 min a setup
 # (SESSION_CAMPAIGN_SECONDS=300 leaves time for the first); without it 2 rounds (300 leaves time for both).
+# SESSION_CUDA_MPS=1 adds, per setup, two runs at once through a private CUDA MPS daemon (one more round; rpm_lib.cuda_mps).
 # SESSION_CAMPAIGN_SECONDS=0 runs no slice: a second call on the still-warm machine, whose data are already there
 # (e.g. SESSION_SECONDS=280 SESSION_CAMPAIGN_SECONDS=0 SESSION_SECOND=concurrency SESSION_CONCURRENCY_SETUPS=mlcl_aug).
 #
@@ -75,6 +76,9 @@ elif [[ $SECOND == concurrency ]]; then
     baseline=() rounds=2
     if [[ -f .device/baseline/REVISION ]]; then
         baseline=(--baseline-code .device/baseline) rounds=3
+    fi
+    if [[ ${SESSION_CUDA_MPS:-0} == 1 ]]; then
+        baseline+=(--cuda-mps) rounds=$(( rounds + 1 ))
     fi
     for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))

@@ -75,6 +75,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -634,7 +635,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
               prepare: bool = True, time_budget: float | None = None,
               workers_per_run: int | str | None = None, executor: str = "local",
               slurm: Mapping[str, Any] | None = None, wait: bool = False, live: bool = True,
-              stall_minutes: float = STALL_MINUTES) -> list[RunResult]:
+              stall_minutes: float = STALL_MINUTES, cuda_mps: bool = False) -> list[RunResult]:
     """Run (or, with ``dry_run``, only plan) every run of a batch YAML; see the module docstring.
 
     Args:
@@ -660,6 +661,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         live: a line per finished epoch of every running run (``rpm_lib.live_progress``; local runs, and SLURM
             runs with ``wait``).
         stall_minutes: a running run whose folder has not changed for this long is reported (not stopped).
+        cuda_mps: local runs share their GPU through a private CUDA Multi-Process Service daemon
+            (``rpm_lib.cuda_mps``), started before the first run and stopped after the last; the log says how many
+            processes connected.
 
     Returns:
         One ``RunResult`` per run, in grid order. Failed runs do not raise.
@@ -670,6 +674,13 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         raise BatchConfigError(f"--time-budget must be a positive, finite number of seconds, got {time_budget}")
     if not stall_minutes > 0:
         raise BatchConfigError(f"--stall-minutes must be a positive number of minutes, got {stall_minutes}")
+    if cuda_mps and executor != "local":
+        raise BatchConfigError("--cuda-mps: an MPS daemon is started for local runs only (on SLURM, ask the site "
+                               "for MPS, e.g. through its gres)")
+    if cuda_mps and not dry_run:
+        from rpm_lib.cuda_mps import find_control
+
+        find_control()  # before the prepare steps, which may take minutes: no daemon, one line now
     deadline = None if time_budget is None else (time.time() + time_budget, float(time_budget))
     log = (lambda *_: None) if quiet else _printer()
     config = load_batch_config(config_path)
@@ -722,36 +733,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         tail = "" if res.error is None else f": {res.error.strip().splitlines()[-1]}"
         log(f"  [{i}/{len(todo)}] {res.status:6s} {res.spec.grid}/{res.spec.name} ({res.seconds:.1f} s){tail}")
 
-    if jobs == 1 or len(todo) <= 1:
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        try:
-            with _watching(watcher):
-                for i, (spec, run_dir) in enumerate(todo, 1):
-                    log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
-                    report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
-        finally:
-            if devices is not None:
-                if saved is None:
-                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-                else:
-                    os.environ["CUDA_VISIBLE_DEVICES"] = saved
-    else:
-        # Parallel kernels on a small CPU machine oversubscribe cores with torch's default thread count:
-        # each worker gives its kernels their share unless the caller set OMP_NUM_THREADS.
-        threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // jobs)
-        # spawn: the parent may have imported torch/threads (a notebook, the demo); fork would be unsafe.
-        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        with pool, _watching(watcher):
-            futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads, deadline): spec
-                       for i, (spec, _) in enumerate(todo)}
-            for i, fut in enumerate(as_completed(futures), 1):
-                spec = futures[fut]
-                try:
-                    res = fut.result()
-                except Exception as exc:  # noqa: BLE001 - a crashed worker is one failed run, not the batch
-                    res = RunResult(spec, run_dir_of(out_dir, spec).resolve(), "failed", 0.0, _describe_error(exc))
-                    (res.run_dir / "error.txt").write_text(res.error or "")
-                report(i, res)
+    with _through_cuda_mps(cuda_mps, log):
+        _run_locally(todo, config, out_dir, jobs, device_for, deadline, watcher, report, log)
     results = [by_name[(s.grid, s.name)] for s in specs]
     paths = gather_results(out_dir)
     failed = [r for r in results if r.status == "failed"]
@@ -769,6 +752,80 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     log("")
     log(paths["table1_md"].read_text())
     return results
+
+
+def _run_locally(todo: Sequence[tuple[RunSpec, Path]], config: BatchConfig, out_dir: Path, jobs: int,
+                 device_for: Callable[[int], str | None], deadline: tuple[float, float] | None,
+                 watcher: LiveProgress | None, report: Callable[[int, RunResult], None],
+                 log: Callable[[str], None]) -> None:
+    """Execute ``todo`` here: one after the other in this process (``jobs`` 1), else ``jobs`` worker processes at
+    once; every result goes to ``report(i, result)``."""
+    if jobs == 1 or len(todo) <= 1:
+        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            with _watching(watcher):
+                for i, (spec, run_dir) in enumerate(todo, 1):
+                    log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
+                    report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
+        finally:  # run_one set the device for its kernels; a notebook calling run_batch keeps its own
+            if saved is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        return
+    # Parallel kernels on a small CPU machine oversubscribe cores with torch's default thread count:
+    # each worker gives its kernels their share unless the caller set OMP_NUM_THREADS.
+    threads = None if "OMP_NUM_THREADS" in os.environ else max(1, (os.cpu_count() or 1) // jobs)
+    # spawn: the parent may have imported torch/threads (a notebook, the demo); fork would be unsafe.
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    with pool, _watching(watcher):
+        futures = {pool.submit(run_one, spec, config, out_dir, device_for(i), threads, deadline): spec
+                   for i, (spec, _) in enumerate(todo)}
+        for i, fut in enumerate(as_completed(futures), 1):
+            spec = futures[fut]
+            try:
+                res = fut.result()
+            except Exception as exc:  # noqa: BLE001 - a crashed worker is one failed run, not the batch
+                res = RunResult(spec, run_dir_of(out_dir, spec).resolve(), "failed", 0.0, _describe_error(exc))
+                (res.run_dir / "error.txt").write_text(res.error or "")
+            report(i, res)
+
+
+@contextlib.contextmanager
+def _through_cuda_mps(enabled: bool, log: Callable[[str], None]) -> Iterator[None]:
+    """With ``enabled``, the processes started in the block (worker processes and their notebook kernels inherit
+    this environment) are clients of a private MPS daemon (``rpm_lib.cuda_mps``); afterwards the log says how many
+    CUDA processes connected, and says so plainly when none did (then the runs shared the GPU by taking turns)."""
+    if not enabled:
+        yield
+        return
+    from rpm_lib.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, mps_daemon
+
+    folder = Path(tempfile.mkdtemp(prefix="rpm-mps-"))
+    saved = {name: os.environ.get(name) for name in (PIPE_VARIABLE, LOG_VARIABLE)}
+    try:
+        with mps_daemon(folder) as daemon:
+            os.environ.update(daemon.env)
+            log(f"MPS: the runs share the GPU through a private daemon ({daemon.pipe_dir})")
+            try:
+                yield
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+                clients, failure = daemon.clients(), daemon.server_failure()
+                if failure:
+                    log(f"MPS: the daemon's server failed to start ({failure}): see the runs' errors; run without "
+                        "--cuda-mps")
+                elif clients:
+                    log(f"MPS: {clients} CUDA process(es) connected to the daemon")
+                else:
+                    log("MPS: no process connected to the daemon (no run used CUDA, or this machine refuses MPS): "
+                        "the runs took turns on the GPU as without --cuda-mps")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -854,6 +911,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stall-minutes", type=float, default=STALL_MINUTES, metavar="MIN",
                         help="report a running run whose folder has not changed for MIN minutes as 'no progress' "
                              f"(it is not stopped; default {STALL_MINUTES:g})")
+    parser.add_argument("--cuda-mps", action="store_true",
+                        help="NVIDIA GPUs: the runs executed at once share their GPU through a private CUDA "
+                             "Multi-Process Service daemon, so that their kernels may run side by side instead of "
+                             "taking turns (started before the first run, stopped after the last; local runs only). "
+                             "Whether it pays: bench/bench_concurrent_runs.py --cuda-mps")
     parser.add_argument("--workers-per-run", type=_workers, metavar="N|auto",
                         help="DataLoader workers of each run (its num_workers); auto: the cores shared among the runs "
                              "executed at once (--jobs), one kept for each run's training process")
@@ -1027,7 +1089,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             cuda_devices=[d.strip() for d in devices] if devices else None,
                             time_budget=args.time_budget, workers_per_run=args.workers_per_run,
                             executor=args.executor, slurm=dict(args.slurm), wait=args.wait,
-                            live=not args.quiet, stall_minutes=args.stall_minutes)
+                            live=not args.quiet, stall_minutes=args.stall_minutes, cuda_mps=args.cuda_mps)
     except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step, SLURM
         print(f"rpm-batch: error: {exc}", file=sys.stderr)
         return 2
