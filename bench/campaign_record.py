@@ -231,26 +231,35 @@ def aggregate_rate(before: list[dict], after: list[dict], seconds: float) -> flo
     return round(trained / seconds, 1) if seconds > 0 else None
 
 
-def _run_cell(run: dict) -> str:
+def _run_cell(run: dict, trained_now: bool) -> str:
     setup = run["run"].split("setup-")[-1].split("__")[0]
     epochs = "+".join(str(n) for n in run["epochs"].values()) or "0"
     accuracy = "" if run["best_val_accuracy"] is None else f", val {100 * run['best_val_accuracy']:.1f}"
     done = " ✓" if run["status"] == "finished" else ""
     # data_check=problems let the run go on with pixels another OpenCV drew (rpm_lib.data.opencv_version)
     pixels = ", other pixels" if run.get("data_changes") else ""
-    return f"{setup} {epochs} ep{accuracy}{done}{pixels}"
+    # the seconds its training call took to its first step, for a run that trained in this slice
+    first = (f", 1st step {run['first_step_s']:.0f} s" if trained_now and run.get("first_step_s") is not None
+             else "")
+    return f"{setup} {epochs} ep{accuracy}{done}{pixels}{first}"
 
 
 def slices_markdown(entries: list[dict]) -> str:
-    lines = ["| slice | date | card | seconds | idle at start s | exit | state MB | GPU util % | RPMs/s, all runs | runs "
-             "(epochs per stage, best val %) |", "|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| slice | date | card | seconds | idle at start s | after the batch s | exit | state MB | GPU util % | "
+             "RPMs/s, all runs | runs (epochs per stage, best val %, seconds to the first step) |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    slices_before: dict[str, int] = {}
     for e in entries:
-        runs = "; ".join(_run_cell(run) for run in e["runs"])
+        runs = "; ".join(_run_cell(run, run.get("slices", 0) > slices_before.get(run["run"], 0)) for run in e["runs"])
+        slices_before = {run["run"]: run.get("slices", 0) for run in e["runs"]}
         util = "" if e.get("gpu_utilisation_percent") is None else f"{e['gpu_utilisation_percent']:.0f}"
         rate = "" if e.get("rpms_per_second") is None else f"{e['rpms_per_second']:,.0f}"
         idle = "" if e.get("idle_before_training_seconds") is None else f"{e['idle_before_training_seconds']:.0f}"
-        lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {idle} | {e['exit_status']} | "
-                     f"{e['state_bytes'] / 1e6:.1f} | {util} | {rate} | {runs} |")
+        # packing the state and writing the reports (slice.json phases_s, recorded since slice 6)
+        ended = (e.get("phases_s") or {}).get("batch_ended")
+        after = "" if ended is None else f"{e['seconds'] - ended:.0f}"
+        lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {idle} | {after} | "
+                     f"{e['exit_status']} | {e['state_bytes'] / 1e6:.1f} | {util} | {rate} | {runs} |")
     return "\n".join(lines)
 
 

@@ -7,8 +7,10 @@
 #      GPU until about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step
 #      boundary with a resumable state (at most CAMPAIGN_JOBS=3 at once, see JOBS below),
 #   3. pack the state into $OUT/state.tar.gz (in 15 MiB parts when larger) and the slice's reports into
-#      $OUT/slice.tar.gz: progress.{md,json} (epochs, val accuracy per run), table1.md, slice.json (card, times, exit
-#      status) and gpu_util.csv (nvidia-smi every 5 s). One archive, because a device call returns at most 8 files
+#      $OUT/slice.tar.gz: progress.{md,json} (epochs, val accuracy, each run's seconds to its first step), table1.md,
+#      slice.json (card, times, exit status, and phases_s: the seconds from this script's start at which the
+#      environment was ready, the state unpacked, the batch ended and the state packed) and gpu_util.csv
+#      (nvidia-smi every 5 s). One archive, because a device call returns at most 8 files
 #      and the state of three unfinished runs takes three parts.
 #
 # Then, here: `python bench/campaign_record.py <files_at>` stores the new state and appends the slice to
@@ -86,6 +88,10 @@ RUNS=runs/$NAME
 mkdir -p "$OUT"
 REPORTS=$(mktemp -d /tmp/gpu-campaign-reports.XXXXXX)
 cd "$WORK"
+# Where a slice's seconds go (slice.json phases_s): "<phase> <milliseconds since STARTED>" lines, beside the reports.
+PHASES=$(mktemp /tmp/gpu-campaign-phases.XXXXXX)
+mark() { echo "$1 $(( $(date +%s%N) / 1000000 - STARTED * 1000 ))" >>"$PHASES"; }
+mark environment
 
 SMI=
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -99,6 +105,7 @@ for number in "${!BUDGETS[@]}"; do
     if [[ -f "$STATE" ]]; then
         rpm-batch unpack "$STATE" --out "$RUNS" --overwrite || exit 2
     fi
+    mark unpacked
     if [[ $DRY == 1 ]]; then
         budget=${BUDGETS[$number]}
     else
@@ -107,6 +114,7 @@ for number in "${!BUDGETS[@]}"; do
     echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
     rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget"
     status=$?
+    mark batch_ended
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
     mkdir -p "$(dirname "$STATE")"
     if [[ ! -d "$RUNS" ]] || ! "$PY" -c 'import sys; from rpm_lib.run_archive import find_runs
@@ -117,6 +125,7 @@ sys.exit(0 if find_runs(sys.argv[1]) else 1)' "$RUNS"; then
     else
         rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
     fi
+    mark packed
     if [[ $DRY == 1 ]]; then  # the next slice starts from the archive alone, as on a fresh machine
         rm -rf "$RUNS"
     fi
@@ -133,24 +142,38 @@ else
 fi
 [[ $DRY == 1 && -f "$STATE" ]] && rpm-batch unpack "$STATE" --out "$RUNS"
 if [[ -d "$RUNS" ]]; then
-    rpm-batch progress "$RUNS" | tee "$REPORTS/progress.md"
-    rpm-batch progress "$RUNS" --json >"$REPORTS/progress.json"
+    rpm-batch progress "$RUNS" --json-out "$REPORTS/progress.json" | tee "$REPORTS/progress.md"
 fi
-"$PY" - "$REPORTS/slice.json" "$status" "$STARTED" <<'PYTHON'
+# The card's name from nvidia-smi and torch's version from its package record: importing torch and starting CUDA
+# only for these took seconds of every slice on the GPU machine's slower cores.
+DEVICE_NAME="cpu (dry run)"
+if [[ $DRY == 0 ]] && command -v nvidia-smi >/dev/null 2>&1; then
+    DEVICE_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+fi
+"$PY" - "$REPORTS/slice.json" "$status" "$STARTED" "$DEVICE_NAME" "$PHASES" <<'PYTHON'
 import json, sys, time
+from importlib.metadata import PackageNotFoundError, version
 
 import cv2
 import numpy
-import torch
 
-out, status, started = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (dry run)"
+out, status, started, device, phases = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+try:
+    torch_version = version("torch")
+except PackageNotFoundError:
+    torch_version = None
+# "<phase> <milliseconds since the start>" lines; a slice's later parts repeat a phase: the last one counts
+marks = {}
+for line in open(phases):
+    name, ms = line.split()
+    marks[name] = round(int(ms) / 1000, 1)
 # OpenCV draws the regenerated data's pixels (rpm_lib.data.opencv_version): a change shows in the slice record
-json.dump({"device": device, "torch": torch.__version__, "opencv": cv2.__version__, "numpy": numpy.__version__,
-           "exit_status": status, "started": started,
-           "seconds": round(time.time() - started, 1),
+json.dump({"device": device or "unknown", "torch": torch_version, "opencv": cv2.__version__,
+           "numpy": numpy.__version__, "exit_status": status, "started": started,
+           "seconds": round(time.time() - started, 1), "phases_s": marks,
            "date": time.strftime("%Y-%m-%d", time.gmtime(started))}, open(out, "w"), indent=1)
 PYTHON
+rm -f "$PHASES"
 [[ -n $SMI ]] && kill "$SMI" 2>/dev/null && wait "$SMI" 2>/dev/null
 tar -czf "$OUT/slice.tar.gz" -C "$REPORTS" . && rm -rf "$REPORTS"
 [[ -f "$STATE" ]] && echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $OUT ($(cd "$OUT" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"

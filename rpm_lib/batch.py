@@ -963,6 +963,8 @@ def build_state_parser() -> argparse.ArgumentParser:
     progress = commands.add_parser("progress", help="print each run's status, epochs and validation accuracy")
     progress.add_argument("folder", help="a batch folder")
     progress.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
+    progress.add_argument("--json-out", metavar="FILE",
+                          help="also write that JSON into FILE (the table is printed as without it)")
     progress.add_argument("--plot", metavar="PNG",
                           help="also draw each run's validation accuracy over its epochs into this PNG file")
     progress.add_argument("--paper", action="store_true",
@@ -1000,7 +1002,12 @@ def state_main(argv: Sequence[str]) -> int:
                 raise run_archive.ArchiveError(f"--plot {args.plot}: give a .png file name")
             if args.paper and args.plot is None:
                 raise run_archive.ArchiveError("--paper draws into the figure: give --plot PNG too")
+            if args.json_out is not None and not args.json_out.strip():
+                raise run_archive.ArchiveError("--json-out: empty path")
             runs = run_progress.batch_progress(args.folder)
+            if args.json_out is not None:
+                Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.json_out).write_text(json.dumps([dataclasses.asdict(run) for run in runs], indent=1) + "\n")
             if args.json:
                 print(json.dumps([dataclasses.asdict(run) for run in runs], indent=1))
             else:

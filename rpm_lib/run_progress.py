@@ -85,6 +85,9 @@ class RunProgress:
         rpms: problems trained on so far: each stage's steps times its batch size (views not counted).
         data_changes: times the run went on with other pixels of the same problems (``data_check=problems``;
             ``progress.json`` ``data_changes``, rpm_lib.data.opencv_version).
+        first_step_s: seconds from the start of the last slice's training call until its first training step had
+            ended (the call's start-up: data check, checkpoint, loaders, CUDA, that first step), or None when that
+            slice trained no step or was recorded before this was.
     """
 
     run: str
@@ -99,6 +102,7 @@ class RunProgress:
     steps: int = 0
     rpms: int = 0
     data_changes: int = 0
+    first_step_s: float | None = None
 
 
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
@@ -178,13 +182,16 @@ def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[
     steps = sum(int(s.get("global_step") or 0) for s in summaries)
     batch = _batch_size(run_dir)
     rpms = sum(int(s.get("global_step") or 0) * int(s.get("batch_size") or batch) for s in summaries)
+    first_step = slices[-1].get("first_step_s") if slices else None
+    if isinstance(first_step, bool) or not isinstance(first_step, (int, float)):
+        first_step = None  # a hand-edited or older record: no start-up figure, not a wrong one
     return RunProgress(
         run=name, status=status, stage=stage, epochs=epochs,
         val_accuracy=accuracies[-1] if accuracies else None,
         best_val_accuracy=max(accuracies) if accuracies else None,
         test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
         seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms,
-        data_changes=len(progress.get("data_changes") or []))
+        data_changes=len(progress.get("data_changes") or []), first_step_s=first_step)
 
 
 def _batch_size(run_dir: Path) -> int:

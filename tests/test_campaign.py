@@ -43,6 +43,14 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     assert "| SCL | MLCL+AUG |" in reports["table1.md"]
     info = json.loads(reports["slice.json"])
     assert info["exit_status"] == 0 and info["opencv"].count(".") == 2 and info["numpy"]  # the pixels' makers
+    # where the slice's seconds went: in order, within the slice
+    phases = info["phases_s"]
+    assert list(phases) == ["environment", "unpacked", "batch_ended", "packed"], phases
+    assert 0 <= phases["environment"] <= phases["unpacked"] <= phases["batch_ended"] <= phases["packed"] \
+        <= info["seconds"], (phases, info["seconds"])
+    # every run trained in slice 1 (a run slice 0 started resumed there): its training call's start-up is recorded
+    standing = json.loads(reports["progress.json"])
+    assert all(0 < run["first_step_s"] < info["seconds"] for run in standing), standing
     parts = sorted(out.glob("state.tar.gz.part*"))
     assert len(parts) >= 2 and not (out / "state.tar.gz").exists(), sorted(p.name for p in out.iterdir())
     assert all(part.stat().st_size <= 20000 for part in parts)
@@ -177,7 +185,7 @@ def test_a_slice_records_how_long_the_gpu_sat_idle_before_training(tmp_path: Pat
                 "runs": [], "idle_before_training_seconds": 41.6}, {"slice": 2, "date": "d", "device": "cpu",
                 "seconds": 10.0, "exit_status": 0, "state_bytes": 1e6, "runs": []}]
     rows = record.slices_markdown(entries).splitlines()
-    assert rows[0].split("|")[5].strip() == "idle at start s"
+    assert rows[0].split("|")[5].strip() == "idle at start s"  # idle: gpu_util.csv; the next column: phases_s
     assert rows[2].split("|")[5].strip() == "42" and rows[3].split("|")[5].strip() == ""
 
 
@@ -194,8 +202,28 @@ def test_a_slice_row_marks_a_run_that_went_on_with_other_pixels() -> None:
     record = _campaign_record()
     run = {"run": "main/setup-ce_aux_sparse__seed-0", "epochs": {"supervised": 12}, "best_val_accuracy": 0.81,
            "status": "unfinished"}
-    assert record._run_cell(run) == "ce_aux_sparse 12 ep, val 81.0"
-    assert record._run_cell({**run, "data_changes": 1}) == "ce_aux_sparse 12 ep, val 81.0, other pixels"
+    assert record._run_cell(run, True) == "ce_aux_sparse 12 ep, val 81.0"
+    assert record._run_cell({**run, "data_changes": 1}, True) == "ce_aux_sparse 12 ep, val 81.0, other pixels"
+
+
+def test_a_slice_row_gives_the_seconds_after_the_batch_and_each_run_s_first_step_only_where_it_trained() -> None:
+    record = _campaign_record()
+
+    def run(name: str, slices: int, first: float | None) -> dict:
+        return {"run": f"main/setup-{name}__seed-0", "epochs": {"supervised": 3}, "best_val_accuracy": None,
+                "status": "unfinished", "slices": slices, "first_step_s": first}
+
+    entries = [{"slice": 1, "date": "d", "device": "cpu", "seconds": 300.0, "exit_status": 75, "state_bytes": 1e6,
+                "runs": [run("ce", 1, 31.4), run("mlcl", 1, 29.0)],
+                "phases_s": {"environment": 7.1, "unpacked": 8.0, "batch_ended": 277.6, "packed": 281.0}},
+               {"slice": 2, "date": "d", "device": "cpu", "seconds": 200.0, "exit_status": 75, "state_bytes": 1e6,
+                "runs": [run("ce", 1, 31.4), run("mlcl", 2, 12.2)]}]
+    rows = record.slices_markdown(entries).splitlines()
+    assert rows[0].split("|")[6].strip() == "after the batch s"
+    assert rows[2].split("|")[6].strip() == "22" and rows[3].split("|")[6].strip() == ""
+    assert rows[2].split("|")[-2].strip() == "ce 3 ep, 1st step 31 s; mlcl 3 ep, 1st step 29 s"
+    # in slice 2 only mlcl trained: ce's start-up is slice 1's and is not repeated
+    assert rows[3].split("|")[-2].strip() == "ce 3 ep; mlcl 3 ep, 1st step 12 s"
 
 
 def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path: Path) -> None:

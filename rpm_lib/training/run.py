@@ -185,7 +185,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
                                                          deadline)
             except TimeBudgetReached as stop:
                 stages[plan.name] = {"name": plan.name, "completed": False, "global_step": stop.global_step}
-                return record.unfinished(config, plan.name, stages, began, deadline.stop_requested())
+                return record.unfinished(config, plan.name, stages, began, deadline.stop_requested(),
+                                         deadline.first_step_s)
             if trainer.is_global_zero:
                 record.write(stages)
         if trainer is not None:
@@ -197,14 +198,15 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             ensure_generated(config)
             record.check_data(config.data_root)
         if not record.has_time_for_evaluation(deadline, config):
-            return record.unfinished(config, "evaluation", stages, began, deadline.stop_requested())
+            return record.unfinished(config, "evaluation", stages, began, deadline.stop_requested(),
+                                     deadline.first_step_s)
         metrics = _evaluate(config, module, datamodule, trainer, run_dir,
                             [p.name for p in plans if not stages[p.name].get("skipped")])
         metrics["stages"] = [stages[p.name] for p in plans]
         metrics.update(_provenance(config, time.perf_counter() - began))
         metrics["status"] = FINISHED
         _write_json(run_dir / "metrics.json", metrics)
-        record.finish(stages, began)
+        record.finish(stages, began, deadline.first_step_s)
         return metrics
 
 
@@ -242,7 +244,8 @@ class ProgressRecord:
          "data_problems": "sha256-problems-v1:...",    # a cache's arrays but its pixels (absent for raw files)
          "data_opencv": {"rendered": "5.0.0", "resized": "5.0.0"},
          "data_changes": [...],                        # pixel changes accepted with data_check=problems
-         "slices": [{"seconds": s, "ended_in": stage | "evaluation" | "end", "global_step": n}, ...]}
+         "slices": [{"seconds": s, "ended_in": stage | "evaluation" | "end", "global_step": n,
+                     "first_step_s": s}, ...]}       # first_step_s: only for a call that trained a step
 
     Args:
         run_dir: the run folder.
@@ -342,21 +345,25 @@ class ProgressRecord:
         if self.writer:
             _write_json(self.path, self.progress)
 
-    def _slice(self, ended_in: str, stages: dict[str, Any], began: float) -> None:
+    def _slice(self, ended_in: str, stages: dict[str, Any], began: float, first_step_s: float | None) -> None:
         steps = {name: summary.get("global_step") for name, summary in stages.items()}
-        self.progress.setdefault("slices", []).append(
-            {"seconds": round(time.perf_counter() - began, 3), "ended_in": ended_in, "global_step": steps})
+        entry = {"seconds": round(time.perf_counter() - began, 3), "ended_in": ended_in, "global_step": steps}
+        if first_step_s is not None:
+            # what this call spent before training (data check, checkpoint, loaders, CUDA), its first step included
+            entry["first_step_s"] = first_step_s
+        self.progress.setdefault("slices", []).append(entry)
 
     def unfinished(self, config: TrainConfig, stage: str, stages: dict[str, Any], began: float,
-                   stop_requested: bool = False) -> dict[str, Any]:
+                   stop_requested: bool = False, first_step_s: float | None = None) -> dict[str, Any]:
         """Record that the budget (or a stop request) ended this slice in ``stage``; return the unfinished result
-        (``made_progress``: whether this call trained a step or finished a stage, for the unfinished line)."""
+        (``made_progress``: whether this call trained a step or finished a stage, for the unfinished line).
+        ``first_step_s``: when this call's first training step ended (:attr:`Deadline.first_step_s`)."""
         def standing(slice_record: dict[str, Any]) -> Any:
             return slice_record.get("ended_in"), slice_record.get("global_step")
 
         previous = self.progress.get("slices") or []
         before = standing(previous[-1]) if previous else None
-        self._slice(stage, stages, began)
+        self._slice(stage, stages, began, first_step_s)
         self.write(stages, UNFINISHED)
         made_progress = (standing(self.progress["slices"][-1]) != before if previous else
                          any(s.get("completed") or s.get("global_step") for s in stages.values()))
@@ -364,8 +371,8 @@ class ProgressRecord:
                 "run_dir": str(self.run_dir), "seconds": round(time.perf_counter() - began, 3),
                 "time_budget": config.time_budget, "stop_requested": stop_requested, "made_progress": made_progress}
 
-    def finish(self, stages: dict[str, Any], began: float) -> None:
-        self._slice("end", stages, began)
+    def finish(self, stages: dict[str, Any], began: float, first_step_s: float | None = None) -> None:
+        self._slice("end", stages, began, first_step_s)
         self.write(stages, FINISHED)
 
 

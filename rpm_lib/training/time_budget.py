@@ -56,12 +56,17 @@ class Deadline:
         seconds: the budget; ``None`` = no deadline (every query says there is time unless a stop is requested).
         started: ``time.monotonic()`` at which the budget began (default: now).
         stop_file: when this file exists, the deadline counts as passed.
+
+    Attributes:
+        first_step_s: seconds from ``started`` until the first training step of this call had ended (set by
+            :class:`TimeBudgetStop`; ``None`` before): the call's start-up, first step included.
     """
 
     def __init__(self, seconds: float | None, started: float | None = None, stop_file: Path | None = None) -> None:
         self.seconds = seconds
         self.started = time.monotonic() if started is None else started
         self.stop_file = stop_file
+        self.first_step_s: float | None = None
 
     @property
     def active(self) -> bool:
@@ -159,6 +164,8 @@ class TimeBudgetStop(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         now = time.monotonic()
+        if self.deadline.first_step_s is None:
+            self.deadline.first_step_s = round(now - self.deadline.started, 3)
         if self._last_mark is not None:
             self._step_seconds.append(now - self._last_mark)
         self._last_mark = now

@@ -441,6 +441,10 @@ def test_a_call_that_trains_no_step_says_so(tmp_path: Path, fake_clock: Callable
     assert moved["status"] == "unfinished" and moved["global_step"] > 0 and moved["made_progress"] is True
     same_place = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=2.0, resume=True, **fields))
     assert same_place["global_step"] == moved["global_step"] and same_place["made_progress"] is False
+    # the seconds to the first step are recorded for the one call that trained one, and for no other
+    slices = json.loads((tmp_path / "run" / "progress.json").read_text())["slices"]
+    assert ["first_step_s" in entry for entry in slices] == [False, False, True, False], slices
+    assert 0 < slices[2]["first_step_s"] < 12.0
 
 
 def test_a_folder_in_the_place_of_the_stop_request_is_one_line(tiny_config: Callable[..., TrainConfig]) -> None:
