@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         revision = args.baseline_code / "REVISION"
         label = args.baseline_label or (revision.read_text(encoding="utf-8").strip() if revision.is_file()
                                         else args.baseline_code.resolve().name)
+    if args.cuda_mps and max(args.runs) < 2:
+        parser.error(f"--cuda-mps: MPS rounds are of several runs at once; --runs {','.join(map(str, args.runs))} "
+                     "has no count above one")
     if args.cuda_mps:
         try:
             find_control()

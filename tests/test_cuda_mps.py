@@ -229,3 +229,7 @@ def test_bench_mps_without_a_daemon_is_a_usage_error(tmp_path: Path) -> None:
                           env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--cuda-mps: " in done.stderr.strip().splitlines()[-1]
+    alone = subprocess.run([sys.executable, str(REPO / "bench" / "bench_concurrent_runs.py"), "--cpu-dry-run",
+                            "--cuda-mps", "--runs", "1", "--out", str(tmp_path)], cwd=REPO, capture_output=True,
+                           text=True, timeout=120, env=env)
+    assert alone.returncode == 2 and "has no count above one" in alone.stderr.strip().splitlines()[-1]
