@@ -71,3 +71,39 @@ def test_the_device_scripts_explain_themselves_and_refuse_unknown_arguments(scri
         assert refused.returncode == 2, refused
         assert refused.stderr.count("\n") == 1 and "unknown argument" in refused.stderr, refused.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def _session_calls(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Run gpu_session.sh from a copy of its two scripts (no .device there: no wheels, no reference version) with a
+    stand-in interpreter that records its arguments; returns the run and the recorded calls of bench scripts."""
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    for name in ("gpu_session.sh", "device_env.sh"):
+        (repo / "bench" / name).write_text((REPO / "bench" / name).read_text())
+    record = tmp_path / "calls.txt"
+    stub = tmp_path / "python"
+    stub.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {record}\n")
+    stub.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "OUT": str(tmp_path / "out"), "HOME": str(tmp_path),
+           "SESSION_CAMPAIGN_SECONDS": "0", **settings}
+    done = subprocess.run(["bash", str(repo / "bench" / "gpu_session.sh")], cwd=repo, capture_output=True, text=True,
+                          timeout=120, env=env)
+    calls = [line.split() for line in record.read_text().splitlines()] if record.is_file() else []
+    return done, [call for call in calls if call and call[0].startswith("bench/")]
+
+
+def test_the_concurrency_part_passes_only_options_the_bench_knows_and_adds_an_mps_round(tmp_path: Path) -> None:
+    done, calls = _session_calls(tmp_path, SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                                 SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="1000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [call[0] for call in calls] == ["bench/bench_concurrent_runs.py"] * 2, calls
+    assert [call[call.index("--setup") + 1] for call in calls] == ["ce_aux_sparse", "mlcl_aug"]
+    assert all("--cuda-mps" in call and call[call.index("--train-budget") + 1] == "35" for call in calls)
+    known = subprocess.run([sys.executable, str(REPO / "bench" / "bench_concurrent_runs.py"), "--help"],
+                           capture_output=True, text=True, timeout=120).stdout
+    for option in {word for call in calls for word in call if word.startswith("--")}:
+        assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", known), option  # "--mps" is not "--cuda-mps"
+    # without the reference version: one run, two, two through MPS = three rounds of (35 + 40) s each
+    short, skipped = _session_calls(tmp_path / "short", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                                    SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="200")
+    assert not skipped and "3 rounds need 225" in short.stdout, short.stdout
