@@ -816,14 +816,16 @@ def _through_cuda_mps(enabled: bool, log: Callable[[str], None]) -> Iterator[Non
                     else:
                         os.environ[name] = value
                 clients, failure = daemon.clients(), daemon.server_failure()
+                # the two warnings go to stderr even with --quiet: --cuda-mps did not do what it was asked for
                 if failure:
-                    log(f"MPS: the daemon's server failed to start ({failure}): see the runs' errors; run without "
-                        "--cuda-mps")
+                    print(f"rpm-batch: warning: MPS: the daemon's server failed to start ({failure}): see the runs' "
+                          "errors; run without --cuda-mps", file=sys.stderr)
                 elif clients:
                     log(f"MPS: {clients} CUDA process(es) connected to the daemon")
                 else:
-                    log("MPS: no process connected to the daemon (no run used CUDA, or this machine refuses MPS): "
-                        "the runs took turns on the GPU as without --cuda-mps")
+                    print("rpm-batch: warning: MPS: no process connected to the daemon (no run used CUDA, or this "
+                          "machine refuses MPS): the runs took turns on the GPU as without --cuda-mps",
+                          file=sys.stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -150,9 +150,8 @@ def test_rpm_batch_mps_gives_every_run_the_daemon_and_says_how_many_connected(
     assert pipe.endswith("/pipe") and "rpm-mps-" in pipe
     assert fake_control.read_text().splitlines()[-1] == "quit"
     assert not Path(pipe).exists()  # the private folder is removed afterwards
-    out = capsys.readouterr().out
-    # the stand-in has no server, so no run connected: said, not hidden
-    assert "MPS: no process connected to the daemon" in out
+    # the stand-in has no server, so no run connected: said, not hidden, even with --quiet
+    assert "rpm-batch: warning: MPS: no process connected to the daemon" in capsys.readouterr().err
     assert mps.PIPE_VARIABLE not in os.environ
 
 
