@@ -28,16 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
-from rpm_lib.cuda_mps import MpsUnavailable, find_control, mps_daemon  # noqa: E402 - after the environment is set
+from rpm_lib.cuda_mps import MpsUnavailable, find_control, private_mps_daemon  # noqa: E402 - after the environment is set
 REPO = Path(__file__).resolve().parents[1]
 #: The ``code`` of the rows that this checkout trained (the others name an earlier version).
 THIS_VERSION = "this version"
@@ -82,15 +80,11 @@ def run_together(count: int, args: argparse.Namespace, data: str, out: Path,
     private MPS daemon, started before the processes and stopped after them."""
     if not mps:
         return _run_processes(count, args, data, out, code, label, {})
-    folder = Path(tempfile.mkdtemp(prefix="rpm-mps-"))
-    try:
-        with mps_daemon(folder) as daemon:
-            row = _run_processes(count, args, data, out, code, label, daemon.env, prefix=f"mps{count}")
-            row["mps_clients"] = daemon.clients()
-            row["mps_server_failure"] = daemon.server_failure()
-            return row
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with private_mps_daemon() as daemon:
+        row = _run_processes(count, args, data, out, code, label, daemon.env, prefix=f"mps{count}")
+        row["mps_clients"] = daemon.clients()
+        row["mps_server_failure"] = daemon.server_failure()
+        return row
 
 
 def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, code: Path | None, label: str,

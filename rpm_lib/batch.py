@@ -75,7 +75,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -799,35 +798,31 @@ def _through_cuda_mps(enabled: bool, log: Callable[[str], None]) -> Iterator[Non
     if not enabled:
         yield
         return
-    from rpm_lib.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, mps_daemon
+    from rpm_lib.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, private_mps_daemon
 
-    folder = Path(tempfile.mkdtemp(prefix="rpm-mps-"))
     saved = {name: os.environ.get(name) for name in (PIPE_VARIABLE, LOG_VARIABLE)}
-    try:
-        with mps_daemon(folder) as daemon:
-            os.environ.update(daemon.env)
-            log(f"MPS: the runs share the GPU through a private daemon ({daemon.pipe_dir})")
-            try:
-                yield
-            finally:
-                for name, value in saved.items():
-                    if value is None:
-                        os.environ.pop(name, None)
-                    else:
-                        os.environ[name] = value
-                clients, failure = daemon.clients(), daemon.server_failure()
-                # the two warnings go to stderr even with --quiet: --cuda-mps did not do what it was asked for
-                if failure:
-                    print(f"rpm-batch: warning: MPS: the daemon's server failed to start ({failure}): see the runs' "
-                          "errors; run without --cuda-mps", file=sys.stderr)
-                elif clients:
-                    log(f"MPS: {clients} CUDA process(es) connected to the daemon")
+    with private_mps_daemon() as daemon:
+        os.environ.update(daemon.env)
+        log(f"MPS: the runs share the GPU through a private daemon ({daemon.pipe_dir})")
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
                 else:
-                    print("rpm-batch: warning: MPS: no process connected to the daemon (no run used CUDA, or this "
-                          "machine refuses MPS): the runs took turns on the GPU as without --cuda-mps",
-                          file=sys.stderr)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+                    os.environ[name] = value
+            clients, failure = daemon.clients(), daemon.server_failure()
+            # the two warnings go to stderr even with --quiet: --cuda-mps did not do what it was asked for
+            if failure:
+                print(f"rpm-batch: warning: MPS: the daemon's server failed to start ({failure}): see the runs' "
+                      "errors; run without --cuda-mps", file=sys.stderr)
+            elif clients:
+                log(f"MPS: {clients} CUDA process(es) connected to the daemon")
+            else:
+                print("rpm-batch: warning: MPS: no process connected to the daemon (no run used CUDA, or this "
+                      "machine refuses MPS): the runs took turns on the GPU as without --cuda-mps",
+                      file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------

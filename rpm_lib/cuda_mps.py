@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,7 +123,8 @@ def mps_daemon(folder: str | os.PathLike[str], control: str | None = None) -> It
     folder = Path(folder).resolve()
     daemon = MpsDaemon(control, folder / "pipe", folder / "log")
     if len(str(daemon.pipe_dir)) > 90:
-        raise MpsUnavailable(f"{daemon.pipe_dir}: too long a path for the daemon's Unix socket; give a shorter folder")
+        raise MpsUnavailable(f"{daemon.pipe_dir}: too long a path for the daemon's Unix socket; use a shorter folder "
+                             "(or a shorter TMPDIR)")
     daemon.pipe_dir.mkdir(parents=True, exist_ok=True)
     daemon.log_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -138,6 +140,18 @@ def mps_daemon(folder: str | os.PathLike[str], control: str | None = None) -> It
         yield daemon
     finally:
         _stop(daemon)
+
+
+@contextlib.contextmanager
+def private_mps_daemon() -> Iterator[MpsDaemon]:
+    """:func:`mps_daemon` in a new temporary folder (under ``/tmp`` when it can be written: the socket's path must
+    stay short), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="rpm-mps-", dir="/tmp" if os.access("/tmp", os.W_OK) else None))
+    try:
+        with mps_daemon(folder) as daemon:
+            yield daemon
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _wait_until_answering(daemon: MpsDaemon) -> None:

@@ -106,6 +106,19 @@ def test_a_daemon_that_will_not_start_is_one_line_with_its_own_message(
     assert "\n" not in str(raised.value)
 
 
+def test_a_private_daemon_lives_in_a_short_folder_that_is_removed_afterwards(fake_control: Path) -> None:
+    with mps.private_mps_daemon() as daemon:
+        folder = daemon.pipe_dir.parent
+        assert folder.is_dir() and len(str(daemon.pipe_dir)) <= 90
+    assert not folder.exists() and fake_control.read_text().splitlines()[-1] == "quit"
+
+
+def test_a_socket_path_too_long_is_one_line(fake_control: Path, tmp_path: Path) -> None:
+    with pytest.raises(mps.MpsUnavailable, match="too long a path .* shorter TMPDIR"):
+        with mps.mps_daemon(tmp_path / ("x" * 100)):
+            pytest.fail("the block must not run")
+
+
 def test_clients_and_a_failed_server_are_read_from_the_logs(tmp_path: Path) -> None:
     daemon = mps.MpsDaemon("control", tmp_path / "pipe", tmp_path / "log")
     assert daemon.clients() == 0 and daemon.server_failure() is None
