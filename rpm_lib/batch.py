@@ -704,6 +704,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     if dry_run:
         if prepare:
             _run_prepare(config, True, log)
+        if cuda_mps:
+            log("MPS: the runs would share the GPU through a private CUDA MPS daemon (not checked in a dry run)")
         results = []
         for spec, run_dir, finished in plan:
             status = "skipped" if finished else "planned"
