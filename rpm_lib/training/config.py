@@ -205,6 +205,11 @@ class TrainConfig:
                                            "the paper's protocol) or train (BatchNorm normalises with batch "
                                            "statistics and keeps updating them, as the release's head training)",
                                            "optimisation", choices=ENCODER_MODES)
+    linear_eval_feature_cache: bool = _field(True, "linear evaluation computes the frozen encoder's embeddings of "
+                                             "the training and validation problems once and trains the head on "
+                                             "them, instead of a forward pass of every problem in every epoch (the "
+                                             "same numbers up to rounding; with linear_eval_encoder_mode=eval and "
+                                             "head_views=single, on one process)", "optimisation")
     head_views: str = _field("single", "training batches of linear evaluation and fine-tuning: single (one view; "
                              "un-augmented for linear evaluation, the setup's augmentation for fine-tuning) or "
                              "pretrain (the pre-training views and augmentation, e.g. two augmented views for "

@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 from rpm_lib import rules
 from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.feature_cache import IndexOnly
 from rpm_lib.training.setups import StagePlan
 
 _SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
@@ -231,6 +232,8 @@ class RpmDataModule(L.LightningDataModule):
         self.train_set: SeededSamples | None = None
         self.val_set: SeededSamples | None = None
         self._recalibration_set: Dataset | None = None
+        #: Set by the module when it trains on cached embeddings: the train / val batches carry only ``index``.
+        self.index_only = False
 
     def prepare_data(self) -> None:
         # Lightning calls this on one process per node before the others read the folder.
@@ -274,12 +277,13 @@ class RpmDataModule(L.LightningDataModule):
             return 0, 1
         return trainer.global_rank, trainer.world_size
 
-    def _loader(self, dataset: SeededSamples, batch_size: int, shuffle: bool, rank: int, world: int,
+    def _loader(self, dataset: Dataset, batch_size: int, shuffle: bool, rank: int, world: int,
                 batches_done: Callable[[], int] | None = None) -> DataLoader:
         sampler = EpochSampler(len(dataset), self.config.seed, shuffle=shuffle, rank=rank, world_size=world)
         # A size-1 last batch breaks BatchNorm1d in train mode; drop the ragged end when there is more than one batch.
         drop_last = shuffle and len(sampler) > batch_size
-        workers = self.config.num_workers
+        # index-only batches read nothing: worker processes would only add start-up time
+        workers = 0 if isinstance(dataset, IndexOnly) else self.config.num_workers
         common = dict(batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=workers,
                       persistent_workers=workers > 0, pin_memory=_pin_memory(self.config))
         if batches_done is not None:
@@ -289,7 +293,8 @@ class RpmDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         assert self.train_set is not None
         rank, world = self._world()
-        loader = self._loader(self.train_set, self.plan.batch_size, True, rank, world, self._batches_done)
+        dataset = IndexOnly(self.train_set) if self.index_only else self.train_set
+        loader = self._loader(dataset, self.plan.batch_size, True, rank, world, self._batches_done)
         if self.trainer is not None:
             # Lightning creates the first epoch's iterator before it tells the sampler the epoch; worker processes
             # then fetch their first indices at once. A resumed run must not fetch epoch 0's order for epoch e.
@@ -306,7 +311,18 @@ class RpmDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         assert self.val_set is not None
         rank, world = self._world()
-        return self._loader(self.val_set, self.plan.batch_size, False, rank, world)
+        dataset = IndexOnly(self.val_set) if self.index_only else self.val_set
+        return self._loader(dataset, self.plan.batch_size, False, rank, world)
+
+    def feature_loader(self, split: str) -> DataLoader:
+        """The problems of this stage's ``train`` or ``val`` view (the same subset), un-augmented, one view, in file
+        answer order, in dataset order: what the feature cache embeds (:mod:`rpm_lib.training.feature_cache`)."""
+        view = {"train": self.train_set, "val": self.val_set}[split]
+        assert view is not None
+        base = make_dataset(self.config, split, num_views=1, transform=None, answer_order="none")
+        plain = SeededSamples(base, self.rule_key, view.positions)
+        return DataLoader(plain, batch_size=self.plan.batch_size, shuffle=False, num_workers=self.config.num_workers,
+                          pin_memory=_pin_memory(self.config))
 
     def bn_recalibration_loader(self) -> DataLoader:
         """Un-augmented single-view training problems for re-estimating BatchNorm statistics

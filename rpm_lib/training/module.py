@@ -21,6 +21,7 @@ Batch layout (from :class:`rpm_lib.training.datamodule.RpmDataModule`):
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -34,6 +35,7 @@ from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
 from rpm_lib.training.batchnorm import recalibrate_batchnorm
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.distributed import gathered_mlcl_loss
+from rpm_lib.training import feature_cache
 from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
 
@@ -132,6 +134,8 @@ class RpmModule(L.LightningModule):
         self._epoch_parts: dict[str, torch.Tensor | float] = {}  # name -> sum of term * batch size this epoch
         self._val_sums: dict[str, torch.Tensor | float] = {}  # the same for the current validation
         self._val_count = 0
+        #: split -> the frozen encoder's embeddings, while a stage trains on them (plan.cached_features)
+        self._features: dict[str, feature_cache.SplitFeatures] | None = None
 
     # ------------------------------------------------------------------------------------------
     # stages
@@ -143,6 +147,7 @@ class RpmModule(L.LightningModule):
         if plan.trains_projection_head and self.projection_head is None:
             raise ValueError(f"stage {plan.name}: needs a projection head, but the model has none (gamma=0?)")
         self.plan = plan
+        self._features = None  # computed by the stage that uses them, when it starts
         if plan.reset_scoring_head:
             # A fresh linear head from a seed of its own, so it is the same whether or not earlier stages ran here.
             with torch.random.fork_rng(devices=[]):
@@ -213,18 +218,24 @@ class RpmModule(L.LightningModule):
     # ------------------------------------------------------------------------------------------
     # losses
     # ------------------------------------------------------------------------------------------
-    def stage_losses(self, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def stage_losses(self, batch: dict[str, Any], split: str = "train"
+                     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """The current stage's weighted loss on one batch (compiled with ``compile=true compile_scope=step``).
 
         Args:
             batch: ``panels`` (B, 16, S, S) or (B, V, 16, S, S) float, ``target`` (B,) int64, ``rules`` (B, R)
-                float when the setup uses rule labels; other keys are ignored.
+                float when the setup uses rule labels; other keys are ignored. While the stage trains on cached
+                embeddings, only ``index`` (B,): the embeddings and targets of ``split`` are looked up.
+            split: ``train`` or ``val`` (which cached embeddings a batch of indices refers to).
 
         Returns:
             ``(to_backward, value, parts)``: the loss to back-propagate (the MLCL term is scaled by the
             world size under DDP, see :mod:`rpm_lib.training.distributed`), its value for logging, and the
             unweighted terms (``answer``, ``aux``, ``mlcl``) plus ``accuracy`` when the scoring head is used.
         """
+        if self._features is not None:
+            embeddings, target = self._features[split].lookup(batch["index"])
+            return self._losses(embeddings, target, None)
         panels, target, rules = batch["panels"], batch["target"], batch.get("rules")
         if self._compiled_losses is None:
             return self._stage_losses(panels, target, rules)
@@ -236,13 +247,17 @@ class RpmModule(L.LightningModule):
 
     def _stage_losses(self, panels: torch.Tensor, target: torch.Tensor, rules: torch.Tensor | None
                       ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        plan = self._require_plan()
         if panels.ndim == 5:  # (B, V, 16, S, S): views of one RPM are adjacent after flattening
             views = panels.shape[1]
             panels = panels.flatten(0, 1)
             target = target.repeat_interleave(views)
             rules = rules.repeat_interleave(views, dim=0) if rules is not None else None
-        embeddings = self.embed(panels)
+        return self._losses(self.embed(panels), target, rules)
+
+    def _losses(self, embeddings: torch.Tensor, target: torch.Tensor, rules: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The stage's terms on embeddings (N, 8, D) of N problems (views flattened), targets (N,), rules (N, R)."""
+        plan = self._require_plan()
         parts: dict[str, torch.Tensor] = {}
         to_backward = embeddings.new_zeros((), dtype=torch.float32)
         value = embeddings.new_zeros((), dtype=torch.float32)
@@ -286,6 +301,53 @@ class RpmModule(L.LightningModule):
             torch.set_float32_matmul_precision(self.config.matmul_precision)
         if self._require_plan().bn_recalibration == "at_start":
             self.recalibrate_encoder_batchnorm()
+        if self._require_plan().cached_features:
+            self._cache_features()
+
+    def on_fit_end(self) -> None:
+        self._release_features()
+
+    def _release_features(self) -> None:
+        self._features = None
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is not None and hasattr(datamodule, "index_only"):
+            datamodule.index_only = False
+
+    def _cache_features(self) -> None:
+        """Embed the stage's training and validation problems once (:mod:`rpm_lib.training.feature_cache`); the
+        datamodule's batches then carry only indices. Says why on stderr when it keeps the plain stage."""
+        datamodule = self.trainer.datamodule
+
+        def plain(why: str) -> None:
+            if self.trainer.is_global_zero:
+                print(f"rpm-train: note: linear evaluation passes every problem through the frozen encoder in every "
+                      f"epoch: {why}", file=sys.stderr)
+
+        if not hasattr(datamodule, "feature_loader"):
+            return plain("the embeddings are cached through an RpmDataModule")
+        if self.trainer.world_size > 1:
+            return plain(f"the embeddings are cached on one process only, not {self.trainer.world_size}")
+        problems = len(datamodule.train_set) + len(datamodule.val_set)
+        size = feature_cache.cache_bytes(problems, self.encoder.embedding_dim, 4)
+        if size > feature_cache.MAX_CACHE_BYTES:
+            return plain(f"the embeddings of {problems} problems would take {size / 2**30:.1f} GiB "
+                         f"(at most {feature_cache.MAX_CACHE_BYTES / 2**30:.0f})")
+        self.encoder.eval()
+        context = self.trainer.precision_plugin.forward_context
+        self._features = {split: feature_cache.compute_split(datamodule.feature_loader(split), self.embed,
+                                                             self.device, context)
+                          for split in ("train", "val")}
+        datamodule.index_only = True
+
+    def batches_before_validation(self) -> int:
+        """Batches forwarded before each validation of this stage (re-estimating BatchNorm statistics), for the time
+        budget's prediction of a validation it has not measured yet."""
+        if self._require_plan().bn_recalibration != "before_validation":
+            return 0
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if datamodule is not None and hasattr(datamodule, "bn_recalibration_loader"):
+            return len(datamodule.bn_recalibration_loader())  # fewer than configured when the split is small
+        return self.config.bn_recalibration_batches
 
     def on_validation_epoch_start(self) -> None:
         self._val_sums, self._val_count = {}, 0
@@ -327,8 +389,8 @@ class RpmModule(L.LightningModule):
                                       self.global_rank))
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        to_backward, value, parts = self.stage_losses(batch)
-        size = int(batch["target"].shape[0])
+        to_backward, value, parts = self.stage_losses(batch, "train")
+        size = int(batch["index"].shape[0])
         # Sums kept as tensors (no device sync per step) and logged once per epoch (on_train_epoch_end): every
         # self.log call costs the host about a millisecond of Lightning bookkeeping.
         self._epoch_loss_sum = self._epoch_loss_sum + value.detach() * size
@@ -355,8 +417,8 @@ class RpmModule(L.LightningModule):
         return float(self._epoch_loss_sum) / self._epoch_loss_count if self._epoch_loss_count else float("nan")
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        _to_backward, value, parts = self.stage_losses(batch)
-        size = int(batch["target"].shape[0])
+        _to_backward, value, parts = self.stage_losses(batch, "val")
+        size = int(batch["index"].shape[0])
         # Sums on the device, logged once in on_validation_epoch_end: Lightning's bookkeeping of a self.log call per
         # term and batch cost the host 1.6 ms per validation batch (4 terms; bench/bench_validation_logging.py on
         # the CPU), and an SCL validation batch on an H100 waits on the host (12 ms against 20.6 ms for a whole

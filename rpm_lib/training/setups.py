@@ -97,6 +97,8 @@ class StagePlan:
             its running ones), as the release's head training; otherwise a frozen encoder is in eval mode.
         bn_recalibration: when the encoder's BatchNorm statistics are re-estimated on un-augmented training
             batches (:mod:`rpm_lib.training.batchnorm`): one of :data:`BN_RECALIBRATIONS`.
+        cached_features: the frozen encoder's embeddings are computed once when the stage starts and the head
+            trains on them (:mod:`rpm_lib.training.feature_cache`).
     """
 
     name: str
@@ -112,6 +114,7 @@ class StagePlan:
     reset_scoring_head: bool = False
     encoder_train_mode: bool = False
     bn_recalibration: str = "none"
+    cached_features: bool = False
 
     @property
     def trains_scoring_head(self) -> bool:
@@ -163,6 +166,9 @@ def stage_plan(config: "TrainConfig") -> list[StagePlan]:
             reset_scoring_head=True, encoder_train_mode=config.linear_eval_encoder_mode == "train",
             # a frozen encoder in train mode normalises with batch statistics: nothing to re-estimate
             bn_recalibration="at_start" if recalibrate and config.linear_eval_encoder_mode == "eval" else "none",
+            # fixed embeddings: a frozen encoder in eval mode on one un-augmented view
+            cached_features=(config.linear_eval_feature_cache and config.linear_eval_encoder_mode == "eval"
+                             and not pretrain_views),
         ))
     else:
         stages.append(StagePlan(

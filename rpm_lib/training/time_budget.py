@@ -16,6 +16,7 @@ Under DDP every rank must stop at the same step, so the decision is rank 0's, br
 from __future__ import annotations
 
 import collections
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,7 @@ class TimeBudgetStop(L.Callback):
         self._validation_started: float | None = None
         self.validation_seconds: float | None = None
         self.save_seconds: float | None = None
+        self._val_batches_estimate: int | None = None
 
     # -- measurements ------------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -204,9 +206,31 @@ class TimeBudgetStop(L.Callback):
     def _predict_validation(self, trainer: L.Trainer) -> float:
         if self.validation_seconds is not None:
             return self.validation_seconds
-        # Not measured yet: a validation batch costs at most a training step (forward only), plus one save.
-        batches = sum(int(n) for n in (trainer.num_val_batches or [0]))
+        # Not measured yet: a validation batch, and a batch that re-estimates BatchNorm statistics before it, costs
+        # at most a training step (forward only), plus one save.
+        before = getattr(trainer.lightning_module, "batches_before_validation", None)
+        batches = self._validation_batches(trainer) + (int(before()) if callable(before) else 0)
         return batches * self._predict_step() + self._predict_save()
+
+    def _validation_batches(self, trainer: L.Trainer) -> int:
+        """Batches of one validation. Before the first validation of a fit Lightning has not counted them (a run
+        resumed near the end of an epoch): then they are counted from the datamodule's loader, once."""
+        counted = sum(int(n) for n in (trainer.num_val_batches or [0]))
+        if counted:
+            return counted
+        if self._val_batches_estimate is None:
+            self._val_batches_estimate = 0
+            datamodule = getattr(trainer, "datamodule", None)
+            if datamodule is not None and hasattr(datamodule, "val_dataloader"):
+                with contextlib.suppress(TypeError, NotImplementedError):  # a loader without a length
+                    batches = len(datamodule.val_dataloader())
+                    limit = trainer.limit_val_batches
+                    if isinstance(limit, int):
+                        batches = min(batches, limit)
+                    elif limit is not None:
+                        batches = int(batches * float(limit))
+                    self._val_batches_estimate = batches
+        return self._val_batches_estimate
 
     def _predict_save(self) -> float:
         return self.save_seconds if self.save_seconds is not None else 1.0

@@ -67,19 +67,22 @@ def test_the_compiled_step_trains_exactly_as_the_eager_one(tiny_config, tmp_path
             assert compiled_row[column] == eager_row[column], (column, eager_row, compiled_row)
 
 
-@pytest.mark.parametrize("setup, graphs", [("ce_aux_sparse", 2), ("mlcl_aug", 4)])
+@pytest.mark.parametrize("setup, cache, graphs", [("ce_aux_sparse", True, 2), ("mlcl_aug", False, 4),
+                                                  ("mlcl_aug", True, 2)])
 def test_a_step_is_one_graph_per_stage_and_mode_compiled_once(tiny_config, tmp_path, compiler, monkeypatch, setup,
-                                                               graphs):
+                                                               cache, graphs):
     # The losses' value checks read tensors back to the host (a graph break) on the CPU only; on CUDA they are off.
     from rpm_lib.losses import cross_entropy, mlcl, rule
 
     for module in (cross_entropy, mlcl, rule):
         monkeypatch.setattr(module, "check_values", lambda tensor: False)
     fields = dict(setup=setup, compile=True, compile_scope="step", limit_val_batches=2, max_steps=-1,
-                  limit_train_batches=3, linear_eval_epochs=1, bn_recalibration_batches=2)
+                  limit_train_batches=3, linear_eval_epochs=1, bn_recalibration_batches=2,
+                  linear_eval_feature_cache=cache)
     train(tiny_config(run_dir=str(tmp_path / "three"), max_epochs=3, **fields))
     # Training and validation, for each stage (MLCL+AUG: pre-training, linear evaluation): the whole forward in one
     # graph each, made in the first epoch and reused by every other batch (other problems, answer orders) and epoch.
+    # With cached embeddings, linear evaluation trains its head outside the compiled forward: no graph of its own.
     assert compiler.graphs == graphs
 
 
