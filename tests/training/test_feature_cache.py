@@ -97,3 +97,22 @@ def test_a_lookup_of_problems_outside_the_cache_is_an_error_not_zeros() -> None:
     assert targets.tolist() == [4, 1] and embeddings.shape == (2, 8, 3)
     with pytest.raises(RuntimeError, match="not computed"):
         features.lookup(torch.tensor([0]))
+
+
+def test_the_side_by_side_bench_runs_both_ways_and_reports_the_ratio(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "bench_linear_eval_cache.py"), "--per-config", "10",
+                           "--linear-epochs", "2", "--out", str(tmp_path), "image_size=32", "batch_size=6"],
+                          cwd=repo, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[-3].startswith("linear evaluation, cache off: ") and lines[-2].startswith("linear evaluation, cache on")
+    assert lines[-1].startswith("cached / plain wall time: ") and "over 2 epochs" in lines[-1]
+    refused = subprocess.run([sys.executable, str(repo / "bench" / "bench_linear_eval_cache.py"), "--out",
+                              str(tmp_path), "batch_size=0"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "batch_size" in refused.stderr.strip().splitlines()[-1]
