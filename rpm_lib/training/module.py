@@ -10,6 +10,8 @@ One :class:`RpmModule` lives through all stages of a run (see :mod:`rpm_lib.trai
 * in contrastive setups the encoder's BatchNorm statistics are re-estimated on un-augmented training problems
   before every pre-training validation and before linear evaluation (``bn_recalibration_batches``,
   :mod:`rpm_lib.training.batchnorm`), so evaluation never normalises with averages of augmented batches;
+* linear evaluation embeds its problems once when it starts and trains the head on those embeddings; its batches
+  then carry only ``index`` (``linear_eval_feature_cache``, :mod:`rpm_lib.training.feature_cache`);
 * the optimiser (Adam, betas / eps from the config) is rebuilt for every stage over the trainable
   parameters only, with the ``lr_schedule`` (constant, or ReduceLROnPlateau on ``val/loss``) restarted at the
   stage's lr.
@@ -85,6 +87,11 @@ def _encoder_of(config: TrainConfig) -> nn.Module:
     except (TypeError, ValueError) as error:
         raise ConfigError(f"config fields 'encoder' ({config.encoder}), 'image_size' ({config.image_size}) and "
                           f"'encoder_kwargs' ({config.encoder_kwargs}): {error}") from error
+
+def _batch_size(batch: dict[str, Any]) -> int:
+    """Problems in a batch: its ``target``'s length, or its ``index``'s for a batch of a cached stage."""
+    return int((batch["target"] if "target" in batch else batch["index"]).shape[0])
+
 
 class RpmModule(L.LightningModule):
     """Encoder + scoring head (+ rule head, + projection head), trained stage by stage.
@@ -390,7 +397,7 @@ class RpmModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         to_backward, value, parts = self.stage_losses(batch, "train")
-        size = int(batch["index"].shape[0])
+        size = _batch_size(batch)
         # Sums kept as tensors (no device sync per step) and logged once per epoch (on_train_epoch_end): every
         # self.log call costs the host about a millisecond of Lightning bookkeeping.
         self._epoch_loss_sum = self._epoch_loss_sum + value.detach() * size
@@ -418,7 +425,7 @@ class RpmModule(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         _to_backward, value, parts = self.stage_losses(batch, "val")
-        size = int(batch["index"].shape[0])
+        size = _batch_size(batch)
         # Sums on the device, logged once in on_validation_epoch_end: Lightning's bookkeeping of a self.log call per
         # term and batch cost the host 1.6 ms per validation batch (4 terms; bench/bench_validation_logging.py on
         # the CPU), and an SCL validation batch on an H100 waits on the host (12 ms against 20.6 ms for a whole
