@@ -273,8 +273,11 @@ class _Meter:
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
                 stage = pl_module.plan.name
-                meter.rpms[stage] = meter.rpms.get(stage, 0) + int(batch["target"].shape[0])
-                meter.views[stage] = batch["panels"].shape[1] if batch["panels"].ndim == 5 else 1
+                # a linear evaluation on cached embeddings has batches of indices only (rpm_lib.training.feature_cache)
+                size = batch["target"] if "target" in batch else batch["index"]
+                meter.rpms[stage] = meter.rpms.get(stage, 0) + int(size.shape[0])
+                panels = batch.get("panels")
+                meter.views[stage] = panels.shape[1] if panels is not None and panels.ndim == 5 else 1
                 meter.synced_end = None
                 if meter.timing_this_step:
                     meter.step_s += synchronize() - meter.batch_began

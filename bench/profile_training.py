@@ -522,10 +522,10 @@ def case_lightning(setup: Setup, steps: int, warmup: int, val_batches: int, sync
 
     def timed_stage_losses(original: Callable) -> Callable:
         # training_step = stage_losses + self.log x(1 + parts) + bookkeeping: time stage_losses to split them
-        def wrapper(batch: dict[str, Any]) -> Any:
+        def wrapper(batch: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
             try:
-                return original(batch)
+                return original(batch, *args, **kwargs)
             finally:
                 if timer.active:
                     timings["stage_losses"] = timings.get("stage_losses", 0.0) + time.perf_counter() - began
