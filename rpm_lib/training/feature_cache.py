@@ -41,8 +41,9 @@ class SplitFeatures:
         embeddings: (N, 8, D) on the training device, in the dtype the encoder produced (bf16 under bf16 autocast),
             the 8 choices in file order.
         targets: (N,) int64, the correct choice in file order.
-        rows: (L,) int64 on the device: dataset index -> row of ``embeddings`` (-1 for an index not in the split's
-            view, e.g. outside a ``max_train_samples`` subset).
+        rows: (L,) int64 on the device: dataset index -> row of ``embeddings``; N (one past the last row) for an
+            index not in the split's view, e.g. outside a ``max_train_samples`` subset, so that looking it up fails
+            (IndexError on the CPU, a device-side assertion on a GPU) instead of reading another problem's row.
     """
 
     embeddings: torch.Tensor
@@ -50,10 +51,11 @@ class SplitFeatures:
     rows: torch.Tensor
 
     def lookup(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Dataset indices (B,) -> their embeddings (B, 8, D) and targets (B,)."""
+        """Dataset indices (B,) -> their embeddings (B, 8, D) and targets (B,).
+
+        No check reads the indices back to the host (that would wait for the GPU at every step): an index outside
+        the cache is out of range for ``embeddings`` and fails there."""
         rows = self.rows[index.to(self.rows.device)]
-        if bool((rows < 0).any()):  # a loader over another view than the cached one: a bug, never a silent zero
-            raise RuntimeError("feature cache: a batch holds problems whose embeddings were not computed")
         return self.embeddings[rows], self.targets[rows]
 
 
@@ -77,7 +79,7 @@ def compute_split(batches: Iterable[dict[str, Any]], embed: Callable[[torch.Tens
             targets.append(batch["target"].to(device))
             indices.append(batch["index"].to(device))
     index = torch.cat(indices)
-    rows = torch.full((int(index.max()) + 1,), -1, dtype=torch.int64, device=device)
+    rows = torch.full((int(index.max()) + 1,), len(index), dtype=torch.int64, device=device)
     rows[index] = torch.arange(len(index), device=device)
     return SplitFeatures(torch.cat(embeddings), torch.cat(targets).long(), rows)
 

@@ -91,12 +91,13 @@ def test_a_cache_too_large_runs_the_plain_stage_and_says_so(
 
 
 def test_a_lookup_of_problems_outside_the_cache_is_an_error_not_zeros() -> None:
-    features = feature_cache.SplitFeatures(torch.ones(2, 8, 3), torch.tensor([1, 4]),
-                                           torch.tensor([-1, 0, -1, 1]))
+    features = feature_cache.SplitFeatures(torch.arange(48.0).reshape(2, 8, 3), torch.tensor([1, 4]),
+                                           torch.tensor([2, 0, 2, 1]))  # indices 0 and 2 are not cached
     embeddings, targets = features.lookup(torch.tensor([3, 1]))
-    assert targets.tolist() == [4, 1] and embeddings.shape == (2, 8, 3)
-    with pytest.raises(RuntimeError, match="not computed"):
-        features.lookup(torch.tensor([0]))
+    assert targets.tolist() == [4, 1] and embeddings[:, 0, 0].tolist() == [24.0, 0.0]
+    for missing in (0, 2, 4):  # outside the view, or past every index: an error, never another problem's row
+        with pytest.raises(IndexError):
+            features.lookup(torch.tensor([missing]))
 
 
 def test_the_side_by_side_bench_runs_both_ways_and_reports_the_ratio(tmp_path: Path) -> None:
