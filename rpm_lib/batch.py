@@ -762,17 +762,11 @@ def _run_locally(todo: Sequence[tuple[RunSpec, Path]], config: BatchConfig, out_
     """Execute ``todo`` here: one after the other in this process (``jobs`` 1), else ``jobs`` worker processes at
     once; every result goes to ``report(i, result)``."""
     if jobs == 1 or len(todo) <= 1:
-        saved = os.environ.get("CUDA_VISIBLE_DEVICES")
-        try:
-            with _watching(watcher):
-                for i, (spec, run_dir) in enumerate(todo, 1):
-                    log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
-                    report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
-        finally:  # run_one set the device for its kernels; a notebook calling run_batch keeps its own
-            if saved is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = saved
+        # run_one sets the device for its kernels here; a notebook calling run_batch keeps its own
+        with _environment_restored("CUDA_VISIBLE_DEVICES"), _watching(watcher):
+            for i, (spec, run_dir) in enumerate(todo, 1):
+                log(f"  [{i}/{len(todo)}] start  {spec.grid}/{spec.name} -> {run_dir}")
+                report(i, run_one(spec, config, out_dir, device_for(i - 1), deadline=deadline))
         return
     # Parallel kernels on a small CPU machine oversubscribe cores with torch's default thread count:
     # each worker gives its kernels their share unless the caller set OMP_NUM_THREADS.
@@ -793,6 +787,20 @@ def _run_locally(todo: Sequence[tuple[RunSpec, Path]], config: BatchConfig, out_
 
 
 @contextlib.contextmanager
+def _environment_restored(*names: str) -> Iterator[None]:
+    """The environment variables ``names`` as they were before the block, whatever the block set."""
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def _through_cuda_mps(enabled: bool, log: Callable[[str], None]) -> Iterator[None]:
     """With ``enabled``, the processes started in the block (worker processes and their notebook kernels inherit
     this environment) are clients of a private MPS daemon (``rpm_lib.cuda_mps``); afterwards the log says how many
@@ -802,18 +810,13 @@ def _through_cuda_mps(enabled: bool, log: Callable[[str], None]) -> Iterator[Non
         return
     from rpm_lib.cuda_mps import LOG_VARIABLE, PIPE_VARIABLE, private_mps_daemon
 
-    saved = {name: os.environ.get(name) for name in (PIPE_VARIABLE, LOG_VARIABLE)}
     with private_mps_daemon() as daemon:
-        os.environ.update(daemon.env)
-        log(f"MPS: the runs share the GPU through a private daemon ({daemon.pipe_dir})")
         try:
-            yield
+            with _environment_restored(PIPE_VARIABLE, LOG_VARIABLE):
+                os.environ.update(daemon.env)
+                log(f"MPS: the runs share the GPU through a private daemon ({daemon.pipe_dir})")
+                yield
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
             clients, failure = daemon.clients(), daemon.server_failure()
             # the two warnings go to stderr even with --quiet: --cuda-mps did not do what it was asked for
             if failure:

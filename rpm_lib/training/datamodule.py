@@ -241,10 +241,12 @@ class RpmDataModule(L.LightningDataModule):
 
         ensure_generated(self.config)
 
-    def make_split(self, split: str, *, training: bool = False, root: str | Path | None = None) -> SeededSamples:
+    def make_split(self, split: str, *, training: bool = False, root: str | Path | None = None,
+                   answer_order: str | None = None) -> SeededSamples:
         """The view of ``split``: training = this stage's views + augmentation and seeded answer shuffling.
 
-        ``root``: read ``split`` of another folder (an extra test set) instead of ``data_root``.
+        ``root``: read ``split`` of another folder (an extra test set) instead of ``data_root``. ``answer_order``:
+        instead of ``random`` (training) / ``fixed`` (evaluation), e.g. ``none`` for the files' order.
         """
         cfg = self.config
         limit = {"train": cfg.max_train_samples, "val": cfg.max_val_samples, "test": cfg.max_test_samples}[split]
@@ -254,7 +256,7 @@ class RpmDataModule(L.LightningDataModule):
 
             augmenter = RpmAugment(self.plan.augment, seed=cfg.seed, save_applied_params=False)
         base = make_dataset(cfg, split, num_views=self.plan.num_views if training else 1, transform=augmenter,
-                            answer_order="random" if training else "fixed", root=root)
+                            answer_order=answer_order or ("random" if training else "fixed"), root=root)
         if len(base) == 0:
             field = "data_root" if root is None else "test_data_roots"
             raise ConfigError(f"config field '{field}': no {split} problems found in {root or cfg.data_root}")
@@ -317,12 +319,8 @@ class RpmDataModule(L.LightningDataModule):
     def feature_loader(self, split: str) -> DataLoader:
         """The problems of this stage's ``train`` or ``val`` view (the same subset), un-augmented, one view, in file
         answer order, in dataset order: what the feature cache embeds (:mod:`rpm_lib.training.feature_cache`)."""
-        view = {"train": self.train_set, "val": self.val_set}[split]
-        assert view is not None
-        base = make_dataset(self.config, split, num_views=1, transform=None, answer_order="none")
-        plain = SeededSamples(base, self.rule_key, view.positions)
-        return DataLoader(plain, batch_size=self.plan.batch_size, shuffle=False, num_workers=self.config.num_workers,
-                          pin_memory=_pin_memory(self.config))
+        return DataLoader(self.make_split(split, answer_order="none"), batch_size=self.plan.batch_size, shuffle=False,
+                          num_workers=self.config.num_workers, pin_memory=_pin_memory(self.config))
 
     def bn_recalibration_loader(self) -> DataLoader:
         """Un-augmented single-view training problems for re-estimating BatchNorm statistics
