@@ -230,18 +230,16 @@ def test_bench_mps_round_passes_the_daemon_environment_to_each_process(
     assert seen[1] == {}
 
 
-def test_bench_mps_without_a_daemon_is_a_usage_error(tmp_path: Path) -> None:
-    if any((Path(folder) / mps.CONTROL).exists() for folder in mps.DRIVER_FOLDERS):
-        pytest.skip("this machine has NVIDIA's MPS control program in a driver folder")
-    env = {**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1",
-           "PATH": os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                                   if not (Path(p) / mps.CONTROL).exists())}
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "bench_concurrent_runs.py"), "--cpu-dry-run",
-                           "--cuda-mps", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=env)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "--cuda-mps: " in done.stderr.strip().splitlines()[-1]
-    alone = subprocess.run([sys.executable, str(REPO / "bench" / "bench_concurrent_runs.py"), "--cpu-dry-run",
-                            "--cuda-mps", "--runs", "1", "--out", str(tmp_path)], cwd=REPO, capture_output=True,
-                           text=True, timeout=120, env=env)
-    assert alone.returncode == 2 and "has no count above one" in alone.stderr.strip().splitlines()[-1]
+def test_bench_mps_without_a_daemon_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # in this process, so that the driver folders can be emptied whatever this machine has installed
+    module = _bench_module()
+    monkeypatch.setattr(mps, "DRIVER_FOLDERS", (str(tmp_path / "nothing"),))
+    monkeypatch.setenv("PATH", os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                                               if not (Path(p) / mps.CONTROL).exists()))
+    for extra, said in (([], "--cuda-mps: "), (["--runs", "1"], "has no count above one")):
+        with pytest.raises(SystemExit) as exited:
+            module.main(["--cpu-dry-run", "--cuda-mps", "--out", str(tmp_path / "out"), *extra])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and said in err.strip().splitlines()[-1], err
