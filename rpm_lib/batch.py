@@ -51,6 +51,7 @@ Time-boxed batches (``--time-budget SECONDS``): every run started gets ``time_bu
 :data:`BATCH_MARGIN_S` for its kernel and the tables) and ``resume=true``; a run the budget cut short ends
 ``unfinished`` (its ``progress.json`` says so, ``03_train`` skips its figures), the ``then`` notebooks wait
 for a finished run, runs not started for lack of time are ``unfinished`` too, and ``rpm-batch`` exits with 75.
+A run still going :data:`BACKSTOP_S` after the budget's end is asked to stop at its next step (its ``stop.request``).
 Running the same command again continues. ``rpm-batch pack`` / ``unpack`` carry the resumable state of a batch
 folder to another machine (``rpm_lib.run_archive``); ``rpm-batch progress`` prints each run's epochs and
 validation accuracy.
@@ -89,7 +90,7 @@ import yaml
 from rpm_lib.cli_parser import OneLineArgumentParser, print_error
 from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs, stage_views
 from rpm_lib.notebook_execution import execute_notebook
-from rpm_lib.run_progress import UNFINISHED_EXIT_CODE, stopped_by_budget
+from rpm_lib.run_progress import STOP_FILE, UNFINISHED_EXIT_CODE, stopped_by_budget
 
 #: Notebook parameter that receives ``<run folder>/<notebook stem>`` (figures, tables).
 OUTPUT_DIR_PARAMETER = "output_dir"
@@ -104,6 +105,13 @@ BATCH_MARGIN_S = 20.0
 STALL_MINUTES = STALL_SECONDS / 60
 #: A run is not started when less than this (at most a tenth of the budget) is left for it.
 MIN_RUN_SECONDS = 15.0
+#: A run still going this long after the batch's time budget ended (at most a tenth of the budget) is asked to stop
+#: at its next step boundary, through its stop-request file, and asked again every :data:`BACKSTOP_REPEAT_S`.
+#: A run predicts its own stop, but not work it has not measured yet (the first validation of a slice, the start of
+#: a stage); without this, such work could carry a batch past a device call's or a job's hard limit, where
+#: everything since the last epoch's checkpoint would be lost with the process.
+BACKSTOP_S = 15.0
+BACKSTOP_REPEAT_S = 2.0
 
 
 class BatchConfigError(ValueError):
@@ -473,6 +481,39 @@ def _describe_error(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
 
 
+class _Backstop:
+    """From ``at`` (``time.time()`` seconds) until closed, writes ``stop_file`` every :data:`BACKSTOP_REPEAT_S`.
+
+    Written again and again because ``train`` removes a request it finds when it starts (one left from an earlier
+    call): a run whose kernel was still starting must see the request all the same. Closing removes the file, so
+    that no request outlives the run it was meant for.
+    """
+
+    def __init__(self, stop_file: Path, at: float) -> None:
+        self.stop_file = stop_file
+        self.at = at
+        self.fired_after: float | None = None  # seconds past ``at`` - grace when the first request was written
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"backstop {stop_file.parent.name}", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        if self._closed.wait(max(0.0, self.at - time.time())):
+            return
+        while not self._closed.is_set():
+            with contextlib.suppress(OSError):  # a folder moved away: nothing is left to stop there
+                self.stop_file.touch()
+                if self.fired_after is None:
+                    self.fired_after = time.time()
+            self._closed.wait(BACKSTOP_REPEAT_S)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
+        if self.fired_after is not None:
+            self.stop_file.unlink(missing_ok=True)
+
+
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
             threads: int | None = None, deadline: tuple[float, float] | None = None) -> RunResult:
     """Execute one grid point (template, then the ``then`` notebooks); never raises for notebook failures.
@@ -481,6 +522,7 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
     here (meant for worker processes; ``run_batch`` restores them when running in-process). ``deadline``
     = (end in ``time.time()`` seconds, the batch's whole budget) bounds the run: it gets ``time_budget`` and
     ``resume=true`` (see the module docstring) or, with too little time left, is not started (``unfinished``).
+    A run still training :data:`BACKSTOP_S` after ``end`` is asked to stop at its next step (its stop-request file).
     """
     run_dir = run_dir_of(out, spec).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -519,13 +561,26 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
         return RunResult(spec, run_dir, "skipped")
     (run_dir / "error.txt").unlink(missing_ok=True)
     for template, params, out_nb in steps:
+        backstop = None
+        if deadline is not None and template == config.template:
+            end, whole = deadline
+            backstop = _Backstop(run_dir / STOP_FILE, end + min(BACKSTOP_S, 0.1 * whole))
         try:
-            execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
-                             execution_timeout=config.execution_timeout)
+            try:
+                execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
+                                 execution_timeout=config.execution_timeout)
+            finally:
+                if backstop is not None:
+                    backstop.close()
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 if stopped_by_budget(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
-                    return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, None, executed)
+                    note = None
+                    if backstop is not None and backstop.fired_after is not None:
+                        late = backstop.fired_after - deadline[0]
+                        note = (f"asked to stop {late:.0f} s after the batch's time budget had ended (work the run "
+                                f"could not predict ran over)")
+                    return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, note, executed)
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, the batch goes on
             message = f"step: {template}\nexecuted notebook: {out_nb}\n\n{_describe_error(exc)}"
@@ -896,7 +951,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gather", metavar="BATCH_DIR", help="only gather results of an existing batch folder")
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="wall-clock seconds for this call: runs stop at a step boundary before it ends, leave a "
-                             "resumable state and count as unfinished (exit status 75); run again to continue")
+                             "resumable state and count as unfinished (exit status 75); run again to continue. A run still "
+                             f"going {BACKSTOP_S:g} s after it is asked to stop at its next step")
     parser.add_argument("--executor", choices=("local", "slurm"), default="local",
                         help="where runs execute: local processes (default) or one SLURM job array through submitit "
                              "(settings: the YAML's 'slurm:' mapping and --slurm; docs/cluster.md)")

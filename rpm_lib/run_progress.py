@@ -22,6 +22,11 @@ UNFINISHED_EXIT_CODE = 75
 #: A run folder's write lock (``rpm_lib.folder_lock``), held by the process that trains in it (``train``); an
 #: ``rpm-batch unpack --overwrite`` over the folder waits for no one: it is refused while the lock is held.
 RUN_LOCK = ".rpm-train.lock"
+#: A file of this name in a run folder asks the run to stop at its next step boundary, as if its time budget had
+#: ended (``rpm_lib.training.time_budget``). Written by a signal handler (``rpm_lib.training.stop_signals``), by
+#: ``rpm-batch`` on SLURM when the scheduler signals, and by ``rpm-batch --time-budget`` for a run still going
+#: after the batch's budget (``rpm_lib.batch``); ``train`` removes a request left from an earlier call.
+STOP_FILE = "stop.request"
 
 
 def weights_record(run_dir: Path, path: Path) -> str:

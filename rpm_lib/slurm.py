@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from rpm_lib.batch import BatchConfig, BatchConfigError, RunResult, RunSpec, run_dir_of, run_one
-from rpm_lib.run_progress import FINISHED, UNFINISHED, stopped_by_budget
+from rpm_lib.run_progress import FINISHED, STOP_FILE, UNFINISHED, stopped_by_budget
 from rpm_lib.training.stop_signals import held_from_the_kernel
-from rpm_lib.training.time_budget import STOP_FILE
 
 #: Per-run record of the job that runs it.
 JOB_RECORD = "slurm.json"

@@ -6,6 +6,7 @@ the real ``03_train`` template is exercised by ``tests/test_notebooks.py``.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -361,6 +362,49 @@ def test_a_time_budget_that_never_ends_is_refused(tmp_path, fake_templates):
     with pytest.raises(batch.BatchConfigError, match="--time-budget must be a positive, finite number of seconds, "
                                                      "got inf"):
         batch.run_batch(config, time_budget=float("inf"), dry_run=True, quiet=True)
+
+
+OVERRUN_BODY = """
+import json, pathlib, time
+run = pathlib.Path(run_dir)
+request = run / "stop.request"
+
+def wait_for_request(seconds):
+    waited = time.monotonic()
+    while not request.exists() and time.monotonic() - waited < seconds:
+        time.sleep(0.05)
+    return request.exists()
+
+if overrun:
+    # as a run whose unpredicted work goes past the batch's end: it looks only for a stop request; the second
+    # wait shows that the request is written again after the run removed it (train removes a stale one at start)
+    first = wait_for_request(120)
+    request.unlink(missing_ok=True)
+    second = wait_for_request(10)
+    run.joinpath("progress.json").write_text(json.dumps({"status": "unfinished", "requests": [first, second]}))
+else:
+    run.joinpath("metrics.json").write_text(json.dumps({"test_accuracy": 0.5}))
+"""
+
+
+def test_a_run_going_on_past_the_batch_time_budget_is_asked_to_stop_and_one_that_ends_in_time_is_not(tmp_path):
+    template = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\ntime_budget: float = 0.0\n'
+                         'resume: bool = False\noverrun: bool = False\n', OVERRUN_BODY)
+    out = tmp_path / "out"
+    config = _write_config(tmp_path / "b.yaml", f"template: {template}\nout: {out}\n"
+                                                "axes: {overrun: {late: {overrun: true}, in-time: {overrun: false}}}\n")
+    budget = 10.0
+    results = {r.spec.labels["overrun"]: r for r in batch.run_batch(config, jobs=2, quiet=True, time_budget=budget)}
+    late, in_time = results["late"], results["in-time"]
+    assert (late.status, in_time.status) == ("unfinished", "done")
+    assert json.loads((late.run_dir / "progress.json").read_text())["requests"] == [True, True]
+    # asked BACKSTOP_S (at most a tenth of the budget) after the budget's end; the note says so
+    assert re.fullmatch(r"asked to stop \d+ s after the batch's time budget had ended \(work the run could not "
+                        r"predict ran over\)", late.error), late.error
+    assert in_time.error is None
+    assert late.seconds >= budget - 1.0
+    for result in (late, in_time):  # no request outlives its run: the next call's run would stop at once
+        assert not (result.run_dir / "stop.request").exists()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ from typing import Any
 
 import lightning as L
 
+from rpm_lib.run_progress import STOP_FILE
+
 #: Predicted durations are multiplied by this before they are compared with the time left.
 SAFETY_FACTOR = 1.5
 #: Steps between two stop decisions when several processes train together (DDP).
@@ -45,9 +47,6 @@ class TimeBudgetReached(Exception):
         self.global_step = global_step
 
 
-#: A file of this name in a run folder asks the run to stop at its next step boundary, as if its budget had ended
-#: (``rpm-batch`` on SLURM writes it when the scheduler signals a time limit or a preemption).
-STOP_FILE = "stop.request"
 
 
 class Deadline:
@@ -98,7 +97,8 @@ def describe_unfinished(metrics: dict[str, Any], time_budget: float | None, run_
         run_dir: the run folder (its stop-request file is named in the cause).
     """
     if metrics.get("stop_requested") or time_budget is None:
-        cause = f"a stop request ({Path(run_dir) / STOP_FILE}, written on a signal: Ctrl-C, SIGTERM, a scheduler's time limit)"
+        cause = (f"a stop request ({Path(run_dir) / STOP_FILE}, written on a signal: Ctrl-C, SIGTERM, a scheduler's "
+                 "time limit; or by rpm-batch when the run went on past the batch's time budget)")
     else:
         cause = f"the time budget ({time_budget:g} s)"
     step = "" if metrics.get("global_step") is None else f" after step {metrics['global_step']}"
