@@ -184,7 +184,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
                 trainer, stages[plan.name] = _run_stage(config, plan, module, datamodule, run_dir, callbacks,
                                                          deadline)
             except TimeBudgetReached as stop:
-                stages[plan.name] = {"name": plan.name, "completed": False, "global_step": stop.global_step}
+                step = stop.global_step if stop.global_step is not None else int((done or {}).get("global_step", 0))
+                stages[plan.name] = {"name": plan.name, "completed": False, "global_step": step}
                 return record.unfinished(config, plan.name, stages, began, deadline.stop_requested(),
                                          deadline.first_step_s)
             if trainer.is_global_zero:

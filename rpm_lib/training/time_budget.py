@@ -38,11 +38,14 @@ class TimeBudgetReached(Exception):
 
     Attributes:
         stage: the stage that stopped.
-        global_step: optimiser steps the stage had finished (the resumed run starts with the next one).
+        global_step: optimiser steps the stage had finished (the resumed run starts with the next one); ``None``
+            when the stage stopped as it started, before the Trainer had restored its position from ``last.ckpt``:
+            the step recorded by the call before stands.
     """
 
-    def __init__(self, stage: str, global_step: int) -> None:
-        super().__init__(f"stage {stage}: time budget reached after step {global_step}")
+    def __init__(self, stage: str, global_step: int | None) -> None:
+        where = "at its start" if global_step is None else f"after step {global_step}"
+        super().__init__(f"stage {stage}: time budget reached {where}")
         self.stage = stage
         self.global_step = global_step
 
@@ -142,11 +145,13 @@ class TimeBudgetStop(L.Callback):
         self._val_batches_estimate: int | None = None
 
     # -- measurements ------------------------------------------------------------------------------
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A stage starts only with time for its first steps: a twentieth of the budget, at least 2 s. Decided here,
-        # inside the Trainer, so that under DDP every rank takes rank 0's decision.
+        # inside the Trainer, so that under DDP every rank takes rank 0's decision, and before the module's own
+        # on_fit_start (Lightning calls the callbacks' first), whose start-up work (re-estimating BatchNorm
+        # statistics, embedding a linear stage's problems) a stage without time for a step would throw away.
         if self.deadline.active and not self._allows(trainer, stage_start_seconds(self.deadline)):
-            raise TimeBudgetReached(self.stage, int(trainer.global_step))
+            raise TimeBudgetReached(self.stage, None)  # the loops' counters are restored after on_fit_start
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The first step of an epoch also starts the loader's iteration: it is measured like any other.

@@ -315,6 +315,39 @@ def test_a_stop_request_file_stops_a_run_without_a_budget_and_resuming_finishes_
     assert _comparable(resumed) == _comparable(reference)
 
 
+class _RequestStopWhenAStageEnds(L.Callback):
+    """Writes the run's stop request when a stage's fit ends: the next stage has no time to begin."""
+
+    def on_fit_end(self, trainer: L.Trainer, *args: Any) -> None:
+        (Path(trainer.default_root_dir) / time_budget.STOP_FILE).touch()
+
+
+def test_a_stage_without_time_to_begin_stops_before_its_start_up_work(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Linear evaluation starts by re-estimating the frozen encoder's BatchNorm statistics and embedding every
+    # problem (seconds on a GPU, minutes on a CPU); the decision whether the stage begins at all came after them.
+    from rpm_lib.training.module import RpmModule
+
+    started: list[tuple[str, str]] = []
+    for name in ("recalibrate_encoder_batchnorm", "_cache_features"):
+        original = getattr(RpmModule, name)
+
+        def spy(module: RpmModule, *args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            started.append((module._require_plan().name, _name))
+            return _original(module, *args, **kwargs)
+
+        monkeypatch.setattr(RpmModule, name, spy)
+    fields = _fields("mlcl", tmp_path / "data")
+    stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), **fields), callbacks=[_RequestStopWhenAStageEnds()])
+    assert (stopped["status"], stopped["stage"], stopped["global_step"]) == ("unfinished", "linear", 0)
+    assert {stage for stage, _ in started} == {"pretrain"}, started
+    progress = json.loads((tmp_path / "run" / "progress.json").read_text())
+    assert progress["stages"]["pretrain"]["completed"] and progress["stages"]["linear"]["global_step"] == 0
+    resumed = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields))
+    assert resumed["status"] == "finished"
+    assert ("linear", "_cache_features") in started and ("linear", "recalibrate_encoder_batchnorm") in started
+
+
 class _RequestStopAfterValidation(L.Callback):
     """Writes the run's stop request when ``epoch``'s validation ends: the run stops before the next epoch's first
     step, and its resumable state is the last.ckpt written at that validation."""
