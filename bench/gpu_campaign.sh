@@ -103,7 +103,9 @@ fi
 status=0
 for number in "${!BUDGETS[@]}"; do
     if [[ -f "$STATE" ]]; then
-        rpm-batch unpack "$STATE" --out "$RUNS" --overwrite || exit 2
+        # --keep-further: a second call on a still-warm machine finds the first call's runs here, further than the
+        # state it carries (the one committed before the first call): those go on from where they are.
+        rpm-batch unpack "$STATE" --out "$RUNS" --overwrite --keep-further || exit 2
     fi
     mark unpacked
     if [[ $DRY == 1 ]]; then

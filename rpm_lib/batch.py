@@ -1018,6 +1018,10 @@ def build_state_parser() -> argparse.ArgumentParser:
     unpack.add_argument("--overwrite", action="store_true",
                         help="replace runs already there, each as a whole (their progress, results and checkpoints "
                              "that the archive lacks are removed); a run that had gone further is named on stderr")
+    unpack.add_argument("--keep-further", action="store_true",
+                        help="with --overwrite: keep a run already there that had gone further than the archive's "
+                             "(finished, or more steps or epochs) instead of replacing it, and say so on stderr; "
+                             "e.g. a second time slice on a machine that still holds the first one's runs")
     progress = commands.add_parser("progress", help="print each run's status, epochs and validation accuracy")
     progress.add_argument("folder", help="a batch folder")
     progress.add_argument("--json", action="store_true", help="print JSON (one object per run) instead of a table")
@@ -1049,8 +1053,9 @@ def state_main(argv: Sequence[str]) -> int:
             print("\n".join(run_archive.describe(runs)))
         elif args.command == "unpack":
             manifest = run_archive.unpack(
-                args.archive, args.out, overwrite=args.overwrite,
-                warn=lambda line: print(f"rpm-batch unpack: warning: {line}", file=sys.stderr))
+                args.archive, args.out, overwrite=args.overwrite, keep_further=args.keep_further,
+                warn=lambda line: print(f"rpm-batch unpack: {'note' if args.keep_further else 'warning'}: {line}",
+                                        file=sys.stderr))
             print(f"rpm-batch unpack: {len(manifest['runs'])} run(s), {len(manifest['files'])} files into {args.out} "
                   f"(packed {manifest.get('created', '?')})")
         else:

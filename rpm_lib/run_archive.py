@@ -575,7 +575,7 @@ def _partial(target: Path) -> Path:
 
 
 def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
-           warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+           warn: Callable[[str], None] | None = None, keep_further: bool = False) -> dict[str, Any]:
     """Restore the run folders of archive ``source`` under ``out``; returns the archive's manifest.
 
     The archive is read through twice: first to check all of it (nothing written), then to write each file next
@@ -590,7 +590,10 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
             archive's very state (the same ``progress.json``, ``history.csv`` and ``metrics.json``): then, e.g.,
             a finished run keeps its final weights.
         warn: called with one line per replaced run that had gone further than the archive's (finished, or more
-            steps or epochs); default: printed on stderr. The run is replaced all the same.
+            steps or epochs); default: printed on stderr. The run is replaced all the same, unless ``keep_further``.
+        keep_further: with ``overwrite``, a run here that had gone further than the archive's is kept as it is
+            (``warn`` names it) instead of replaced; the archive's other runs are restored. For a second slice on a
+            machine that still holds the first slice's runs, while the archive carried is the older state.
 
     Raises:
         ArchiveError: unreadable archive, a manifest of the wrong shape or over :data:`MAX_TOTAL_BYTES`, an unsafe,
@@ -599,6 +602,9 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
             these cases.
     """
     source, out = Path(source), Path(out)
+    if keep_further and not overwrite:
+        raise ArchiveError("keeping the runs that had gone further applies with --overwrite (without it, nothing "
+                           "already there is replaced)")
     if out.exists() and not out.is_dir():
         raise ArchiveError(f"{out}: exists and is not a folder; --out names the folder to restore into")
     manifest = _files(source)  # the whole archive checked before anything is written
@@ -615,7 +621,7 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
     with contextlib.ExitStack() as locks:
         for run in runs:
             _lock_run(out / run, locks)
-        return _restore(source, out, manifest, targets, runs, left, carried, warn)
+        return _restore(source, out, manifest, targets, runs, left, carried, warn, keep_further)
 
 
 def _lock_run(run_dir: Path, stack: contextlib.ExitStack) -> None:
@@ -638,25 +644,35 @@ def _lock_run(run_dir: Path, stack: contextlib.ExitStack) -> None:
 
 
 def _restore(source: Path, out: Path, manifest: dict[str, Any], targets: dict[str, Path], runs: list[str],
-             left: dict[str, list[Path]], carried: set[Path], warn: Callable[[str], None] | None) -> dict[str, Any]:
+             left: dict[str, list[Path]], carried: set[Path], warn: Callable[[str], None] | None,
+             keep_further: bool = False) -> dict[str, Any]:
     """The writing half of :func:`unpack`, once everything is checked and the runs' locks are held."""
     written = _write_partials(source, out, targets)
     try:
         removed: list[Path] = []
+        kept: set[str] = set()
         for run in runs:
             here = {name: out / run / name for name in _RECORDS}
             restored = {name: _partial(path) if path in carried else None for name, path in here.items()}
             if all(_same_file(here[name], restored[name]) for name in _RECORDS) and any(restored.values()):
                 continue  # the archive's very state is here: what it does not carry belongs to that state
             reached, packed = _reach(here), _reach(restored)
+            if reached.beyond(packed) and keep_further:
+                (warn or _print_warning)(f"{out / run}: the run here had gone further ({reached}) than the "
+                                         f"archive's ({packed}); kept (--keep-further)")
+                kept.add(run)
+                continue
             if reached.beyond(packed):
                 (warn or _print_warning)(f"{out / run}: the run here had gone further ({reached}) than the "
                                          f"archive's ({packed}); replaced by the archive's (--overwrite)")
             removed += left[run]
         for path in removed:
             path.unlink()
-        for target in targets.values():
-            _partial(target).replace(target)
+        for name, target in targets.items():
+            if _split_name(name, source)[0] in kept:
+                _partial(target).unlink()
+            else:
+                _partial(target).replace(target)
     except OSError as error:
         _discard(written)
         raise ArchiveError(f"{out}: cannot restore the runs ({error.filename}: {error.strerror or error})") from None

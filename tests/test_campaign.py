@@ -96,6 +96,46 @@ def test_a_slice_whose_budget_ends_before_any_run_begins_is_not_a_failure(tmp_pa
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["slice.tar.gz"]  # no state: the next slice starts
 
 
+def _stopped_run(run_dir: Path, epochs: int, steps: int) -> None:
+    """A run folder as a time budget leaves it in its first stage, ``epochs`` finished, ``steps`` trained."""
+    import torch
+
+    (run_dir / "checkpoints" / "supervised").mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text("setup: ce\n")
+    (run_dir / "history.csv").write_text("stage,epoch\n" + "".join(f"supervised,{e}\n" for e in range(epochs)))
+    for name in ("last.ckpt", "best.ckpt"):
+        torch.save({"state_dict": {"w": torch.full((4,), float(steps))}}, run_dir / "checkpoints" / "supervised" / name)
+    (run_dir / "progress.json").write_text(json.dumps(
+        {"status": "unfinished", "stages": {"supervised": {"completed": False, "global_step": steps}}}))
+
+
+def test_a_second_slice_on_a_warm_machine_goes_on_from_the_runs_there_not_the_older_state_it_carries(
+        tmp_path: Path) -> None:
+    # The second call of a session finds the first call's runs on the machine, while the state it carries is the one
+    # committed before the first call: unpacking it over them (--overwrite alone) threw the first call's work away.
+    work = tmp_path / "work"
+    runs = work / "runs" / "table1_scl_tiny" / "main"
+    _stopped_run(runs / "ahead", epochs=1, steps=4)
+    _stopped_run(runs / "behind", epochs=1, steps=4)
+    state = work / "results" / "table1_scl_gpu" / "state.tar.gz"
+    from rpm_lib import run_archive
+
+    run_archive.pack(work / "runs" / "table1_scl_tiny", state)
+    _stopped_run(runs / "ahead", epochs=3, steps=12)  # the first call went on with this one
+    (runs / "behind" / "history.csv").write_text("stage,epoch\n")  # and this one lost its epoch here
+    env = {**os.environ, "CAMPAIGN_WORK": str(work), "OUT": str(tmp_path / "out"), "CAMPAIGN_BUDGETS": "1"}
+    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in log, log[-3000:]
+    assert "note: runs/table1_scl_tiny/main/ahead: the run here had gone further (unfinished, 12 steps, 3 epochs) than the archive's " \
+           "(unfinished, 4 steps, 1 epochs); kept (--keep-further)" in log, log[-3000:]
+    returned = tmp_path / "returned"
+    run_archive.unpack(tmp_path / "out" / "state.tar.gz", returned)
+    assert run_archive.run_reach(returned / "main" / "ahead").steps == 12
+    assert run_archive.run_reach(returned / "main" / "behind").epochs == 1  # the archive's, restored
+
+
 def _campaign_record():
     import importlib.util
 

@@ -395,6 +395,38 @@ def test_overwrite_replaces_a_run_as_a_whole_and_names_one_that_had_gone_further
     assert not list(tmp_path.rglob("*partial*"))
 
 
+def test_keep_further_keeps_a_run_that_went_further_and_restores_the_others(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # A second slice on a machine still holding the first slice's runs, carrying the state from before the first.
+    ahead, behind = tmp_path / "batch" / "a", tmp_path / "batch" / "b"
+    _fake_run(ahead, "unfinished")
+    _fake_run(behind, "unfinished")
+    run_archive.pack(tmp_path / "batch", tmp_path / "old.tar.gz")
+    packed_history = (behind / "history.csv").read_text()
+    _finish(ahead)
+    finished_files = {p.relative_to(ahead): p.read_bytes() for p in ahead.rglob("*") if p.is_file()}
+    (behind / "history.csv").write_text("stage,epoch\n")  # this one lost an epoch here: the archive's wins
+    with pytest.raises(ArchiveError, match="applies with --overwrite"):
+        run_archive.unpack(tmp_path / "old.tar.gz", tmp_path / "batch", keep_further=True)
+    notes: list[str] = []
+    run_archive.unpack(tmp_path / "old.tar.gz", tmp_path / "batch", overwrite=True, keep_further=True,
+                       warn=notes.append)
+    assert notes == [f"{ahead}: the run here had gone further (finished, 8 steps, 3 epochs) than the archive's "
+                     f"(unfinished, 0 steps, 1 epochs); kept (--keep-further)"], notes
+    assert {p.relative_to(ahead): p.read_bytes() for p in ahead.rglob("*") if p.is_file()} == finished_files
+    assert (behind / "history.csv").read_text() == packed_history
+    assert not list(tmp_path.rglob("*partial*"))
+    # the command line: a note, not a warning, and the same refusal without --overwrite
+    from rpm_lib import batch
+
+    assert batch.main(["unpack", str(tmp_path / "old.tar.gz"), "--out", str(tmp_path / "batch"), "--overwrite",
+                       "--keep-further"]) == 0
+    assert f"rpm-batch unpack: note: {ahead}: the run here had gone further" in capsys.readouterr().err
+    assert batch.main(["unpack", str(tmp_path / "old.tar.gz"), "--out", str(tmp_path / "new"),
+                       "--keep-further"]) == 2
+    assert "applies with --overwrite" in capsys.readouterr().err
+
+
 def test_overwrite_without_a_stale_file_asks_and_an_identical_state_keeps_final_weights(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _fake_run(run, "finished")
