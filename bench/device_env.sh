@@ -5,15 +5,25 @@
 # Sourcing it again in the same shell (a script that sources it calls another that does) installs nothing twice.
 PY=${PYTHON:-python3}
 WHEELS=${WHEELS:-.device/wheels}
-SITE=/tmp/rpm-site
+SITE=${RPM_DEVICE_SITE:-/tmp/rpm-site}
 [[ -n "${RPM_DEVICE_ENV:-}" ]] && return 0
 if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     echo "device_env: no wheels in $WHEELS (run \`make device-wheels\` here and carry .device)" >&2
 else
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
-        || echo "device_env: installing the carried wheels failed; continuing with what is there" >&2
-    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE/rpm" . \
-        || echo "device_env: installing rpm_lib's console scripts failed" >&2
+    # A second call on a still-warm machine finds the same wheels installed (the stamp: their names, sizes and
+    # checksums, and this interpreter): the ~7 s of installing them again are skipped.
+    stamp=$( (cd "$WHEELS" && cksum ./*.whl; "$PY" -V; cksum "$OLDPWD/pyproject.toml") 2>&1)
+    if [[ -f "$SITE/.rpm-wheels" && "$(cat "$SITE/.rpm-wheels")" == "$stamp" ]]; then
+        echo "device_env: the carried wheels are installed already (a warm machine)" >&2
+    else
+        rm -f "$SITE/.rpm-wheels"
+        installed=1
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl \
+            || { installed=0; echo "device_env: installing the carried wheels failed; continuing with what is there" >&2; }
+        "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE/rpm" . \
+            || { installed=0; echo "device_env: installing rpm_lib's console scripts failed" >&2; }
+        (( installed )) && echo "$stamp" >"$SITE/.rpm-wheels"
+    fi
 fi
 export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$SITE/bin:$SITE/rpm/bin:$PATH"

@@ -73,6 +73,37 @@ def test_the_device_scripts_explain_themselves_and_refuse_unknown_arguments(scri
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
 
 
+def test_a_warm_machine_installs_the_carried_wheels_once(tmp_path: Path) -> None:
+    # A second device call on the same machine found them installed and installed them again (~7 s of a short call).
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    (repo / "bench" / "device_env.sh").write_text((REPO / "bench" / "device_env.sh").read_text())
+    (repo / "pyproject.toml").write_text((REPO / "pyproject.toml").read_text())
+    wheels = repo / ".device" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / "a-1.0-py3-none-any.whl").write_bytes(b"one")
+    record = tmp_path / "calls.txt"
+    stub = tmp_path / "python"
+    stub.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {record}\n")
+    stub.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "HOME": str(tmp_path),
+           "RPM_DEVICE_SITE": str(tmp_path / "site")}
+
+    def installs() -> tuple[int, str]:
+        record.unlink(missing_ok=True)
+        done = subprocess.run(["bash", "-c", "source bench/device_env.sh"], cwd=repo, capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        return sum("pip install" in line for line in record.read_text().splitlines()), done.stderr
+
+    (tmp_path / "site").mkdir()
+    assert installs()[0] == 2  # the wheels, then rpm_lib's console scripts
+    again, said = installs()
+    assert again == 0 and "installed already (a warm machine)" in said
+    (wheels / "a-1.0-py3-none-any.whl").write_bytes(b"two")  # other wheels carried: installed again
+    assert installs()[0] == 2
+
+
 def _session_calls(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     """Run gpu_session.sh from a copy of its two scripts (no .device there: no wheels, no reference version) with a
     stand-in interpreter that records its arguments; returns the run and the recorded calls of bench scripts."""
