@@ -492,7 +492,7 @@ class _Backstop:
     def __init__(self, stop_file: Path, at: float) -> None:
         self.stop_file = stop_file
         self.at = at
-        self.fired_after: float | None = None  # seconds past ``at`` - grace when the first request was written
+        self.first_request: float | None = None  # ``time.time()`` when the first request was written
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"backstop {stop_file.parent.name}", daemon=True)
         self._thread.start()
@@ -503,14 +503,14 @@ class _Backstop:
         while not self._closed.is_set():
             with contextlib.suppress(OSError):  # a folder moved away: nothing is left to stop there
                 self.stop_file.touch()
-                if self.fired_after is None:
-                    self.fired_after = time.time()
+                if self.first_request is None:
+                    self.first_request = time.time()
             self._closed.wait(BACKSTOP_REPEAT_S)
 
     def close(self) -> None:
         self._closed.set()
         self._thread.join()
-        if self.fired_after is not None:
+        if self.first_request is not None:
             self.stop_file.unlink(missing_ok=True)
 
 
@@ -576,8 +576,8 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 if stopped_by_budget(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
                     note = None
-                    if backstop is not None and backstop.fired_after is not None:
-                        late = backstop.fired_after - deadline[0]
+                    if backstop is not None and backstop.first_request is not None:
+                        late = backstop.first_request - deadline[0]
                         note = (f"asked to stop {late:.0f} s after the batch's time budget had ended (work the run "
                                 f"could not predict ran over)")
                     return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, note, executed)
