@@ -511,7 +511,8 @@ class _Backstop:
         self._closed.set()
         self._thread.join()
         if self.first_request is not None:
-            self.stop_file.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not a file (train refuses a folder there in one line)
+                self.stop_file.unlink(missing_ok=True)
 
 
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
