@@ -1,6 +1,7 @@
 """Record one Table 1 campaign slice here, after `bash bench/gpu_campaign.sh` ran on a lent GPU.
 
     python bench/campaign_record.py <files_at>      # the folder the device tool copied $OUT into
+    python bench/campaign_record.py <files_at> <files_at of a second call on the warm machine>   # in the order they ran
 
 * the slice's reports come from ``<files_at>/slice.tar.gz`` (``progress.md``, ``progress.json``, ``table1.md``,
   ``slice.json``, ``gpu_util.csv``; slices 1-3 returned them as loose files, which are read the same way);
@@ -16,7 +17,8 @@
 * ``results/table1_scl_gpu/progress.png`` is drawn from the state: each run's validation accuracy over its epochs,
   the paper's Table 1 average dashed.
 
-Nothing is recorded from a slice that is recorded already (the same ``started`` in ``slice.json``) or whose
+Several folders are recorded in the order the slices began (``started`` in ``slice.json``), whatever the order they
+are named in; the first one refused stops the rest. Nothing is recorded from a slice that is recorded already (the same ``started`` in ``slice.json``) or whose
 state would lose work the committed one holds (a run missing, or with fewer steps or epochs: an older slice's files;
 ``--accept-behind`` records it anyway, with a warning, for a run restarted on purpose).
 
@@ -363,10 +365,23 @@ def _carried_besides_state() -> tuple[int, int]:
     return _tree_bytes(REPO / ".device"), other
 
 
+def _started(files_at: Path) -> float:
+    """When the slice in ``files_at`` began (``slice.json``'s ``started``); one whose record lacks it (slices 1-3) or
+    cannot be read sorts first, and :func:`record` then says what is wrong with it."""
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            info = json.loads((slice_reports(files_at, Path(folder)) / "slice.json").read_text())
+            return float(info["started"])
+        except (OSError, ValueError, KeyError, TypeError, SystemExit):
+            return float("-inf")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("files_at", nargs="?", type=Path, help="the folder holding the slice's $OUT files")
+    parser.add_argument("files_at", nargs="*", type=Path,
+                        help="the folder holding the slice's $OUT files (several: one per device call, e.g. a second "
+                             "call on the still-warm machine; recorded in the order the slices began)")
     parser.add_argument("--accept-behind", action="store_true",
                         help="record a state that holds less of a run than the committed one (a run restarted on "
                              "purpose), with a warning, instead of refusing it")
@@ -374,11 +389,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="only re-render docs/reproduction-gpu.md and results/table1_scl_gpu/progress.png")
     args = parser.parse_args(argv)
     if not args.check:
-        if args.files_at is None:
+        if not args.files_at:
             parser.error("give the folder of the slice's files (or --check)")
-        entry = record(args.files_at, args.accept_behind)
-        print(f"campaign_record: slice {entry['slice']} on {entry['device']}: state "
-              f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
+        for files_at in sorted(args.files_at, key=_started):
+            entry = record(files_at, args.accept_behind)
+            print(f"campaign_record: slice {entry['slice']} on {entry['device']} ({files_at}): state "
+                  f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
         print(carry_note(entry["state_bytes"], *_carried_besides_state()))
     render()
     print(f"campaign_record: {DOC} and {RESULTS / FIGURE_NAME} rewritten")

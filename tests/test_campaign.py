@@ -363,3 +363,29 @@ def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothin
     restarted = slice_folder("restarted", {"main/a": 6, "main/b": 1, "main/c": 2}, 5000)
     assert record.record(restarted, accept_behind=True)["slice"] == 3
     assert "warning: recorded although it holds less" in capsys.readouterr().err
+
+
+def test_the_two_calls_of_one_session_are_recorded_in_the_order_they_began(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # A second call on the warm machine goes on from the first call's runs: its state holds all of the first's, so
+    # recorded first it would make the first one's refused as "behind". Named in either order, both are recorded.
+    record = _campaign_record()
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(record, "RESULTS", results)
+    monkeypatch.setattr(record, "SLICES", results / "slices.jsonl")
+    monkeypatch.setattr(record, "render", lambda: None)  # the document's tables are another test's
+    (results / "state.tar.gz").write_bytes(_state_of_runs(tmp_path / "committed", {"main/a": 5}))
+    calls = {}
+    for name, epochs, started in (("first", 7, 2000), ("second", 8, 2600)):
+        folder = tmp_path / name
+        folder.mkdir()
+        _state_of_runs(folder, {"main/a": epochs})
+        (folder / "slice.json").write_text(json.dumps({"date": "d", "device": "gpu", "seconds": 600.0,
+                                                       "exit_status": 75, "started": started}))
+        (folder / "progress.json").write_text("[]")
+        calls[name] = folder
+    assert record.main([str(calls["second"]), str(calls["first"])]) == 0
+    entries = [json.loads(line) for line in (results / "slices.jsonl").read_text().splitlines()]
+    assert [(e["slice"], e["started"]) for e in entries] == [(1, 2000), (2, 2600)]
+    assert (results / "state.tar.gz").read_bytes() == (calls["second"] / "state.tar.gz").read_bytes()
