@@ -36,10 +36,6 @@ JOBS=${CAMPAIGN_JOBS:-3}
 # A file coming back from a device call may hold at most 16 MiB: a larger state comes back in numbered parts
 # (state.tar.gz.part00, part01, ...) that bench/campaign_record.py joins.
 PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
-# CAMPAIGN_CUDA_MPS=1: the runs share the GPU through a private CUDA MPS daemon (rpm-batch --cuda-mps), so that their kernels
-# may run side by side; off until bench/bench_concurrent_runs.py --cuda-mps shows that it pays (docs/reproduction-gpu.md).
-MPS=()
-[[ ${CAMPAIGN_CUDA_MPS:-0} == 1 ]] && MPS=(--cuda-mps)
 # Seconds kept after the batch for packing the state and writing the reports.
 RESERVE=${CAMPAIGN_RESERVE:-25}
 
@@ -80,6 +76,17 @@ else
     # CAMPAIGN_SECONDS (or CAMPAIGN_MINUTES) after this script started, the state is packed and the reports written.
     BUDGETS=(${CAMPAIGN_SECONDS:-$(( ${CAMPAIGN_MINUTES:-9} * 60 ))})
     DEVICES=(--cuda-devices 0)
+fi
+# CAMPAIGN_CUDA_MPS=1: the runs share the GPU through a private CUDA MPS daemon (rpm-batch --cuda-mps), so that their kernels
+# may run side by side; off until bench/bench_concurrent_runs.py --cuda-mps shows that it pays (docs/reproduction-gpu.md).
+MPS=()
+if [[ ${CAMPAIGN_CUDA_MPS:-0} == 1 ]]; then
+    # Only where NVIDIA's control program is: rpm-batch refuses --cuda-mps without it, which would fail the slice.
+    if "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null; then
+        MPS=(--cuda-mps)
+    else
+        echo "gpu_campaign: the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine"
+    fi
 fi
 NAME=$(basename "$CONFIG" .yaml)
 STATE=$WORK/results/table1_scl_gpu/state.tar.gz

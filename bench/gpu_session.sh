@@ -78,7 +78,13 @@ elif [[ $SECOND == concurrency ]]; then
         baseline=(--baseline-code .device/baseline) rounds=3
     fi
     if [[ ${SESSION_CUDA_MPS:-0} == 1 ]]; then
-        baseline+=(--cuda-mps) rounds=$(( rounds + 1 ))
+        # Only where NVIDIA's control program is: the bench refuses --cuda-mps without it, and that refusal would
+        # cost the call its other rounds too.
+        if "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null; then
+            baseline+=(--cuda-mps) rounds=$(( rounds + 1 ))
+        else
+            echo "gpu_session: no MPS round: nvidia-cuda-mps-control is not on this machine (rpm_lib.cuda_mps)"
+        fi
     fi
     for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))

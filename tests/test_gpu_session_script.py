@@ -104,16 +104,19 @@ def test_a_warm_machine_installs_the_carried_wheels_once(tmp_path: Path) -> None
     assert installs()[0] == 2
 
 
-def _session_calls(tmp_path: Path, **settings: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+def _session_calls(tmp_path: Path, mps_control: bool = True,
+                   **settings: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     """Run gpu_session.sh from a copy of its two scripts (no .device there: no wheels, no reference version) with a
-    stand-in interpreter that records its arguments; returns the run and the recorded calls of bench scripts."""
+    stand-in interpreter that records its arguments; returns the run and the recorded calls of bench scripts.
+    ``mps_control``: whether the interpreter finds NVIDIA's MPS control program (``rpm_lib.cuda_mps.find_control``)."""
     repo = tmp_path / "repo"
     (repo / "bench").mkdir(parents=True)
     for name in ("gpu_session.sh", "device_env.sh"):
         (repo / "bench" / name).write_text((REPO / "bench" / name).read_text())
     record = tmp_path / "calls.txt"
     stub = tmp_path / "python"
-    stub.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {record}\n")
+    missing = "" if mps_control else 'case "$*" in *find_control*) exit 1;; esac\n'
+    stub.write_text(f"#!/bin/sh\n{missing}printf '%s\\n' \"$*\" >> {record}\n")
     stub.chmod(0o755)
     env = {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "OUT": str(tmp_path / "out"), "HOME": str(tmp_path),
            "SESSION_CAMPAIGN_SECONDS": "0", **settings}
@@ -138,3 +141,17 @@ def test_the_concurrency_part_passes_only_options_the_bench_knows_and_adds_an_mp
     short, skipped = _session_calls(tmp_path / "short", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
                                     SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="200")
     assert not skipped and "3 rounds need 225" in short.stdout, short.stdout
+
+
+def test_without_the_mps_control_program_the_concurrency_part_keeps_its_other_rounds(tmp_path: Path) -> None:
+    # The bench refuses --cuda-mps where NVIDIA's control program is missing (a usage error): passed on such a
+    # machine, it would have lost the call's reference, one-run and two-run rounds as well.
+    done, calls = _session_calls(tmp_path, mps_control=False, SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                                 SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="1000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no MPS round: nvidia-cuda-mps-control is not on this machine" in done.stdout
+    assert len(calls) == 2 and not any("--cuda-mps" in call for call in calls), calls
+    # two rounds without the reference version (no .device here) and without MPS: (35 + 40) s each
+    short, skipped = _session_calls(tmp_path / "short", mps_control=False, SESSION_SECOND="concurrency",
+                                    SESSION_CUDA_MPS="1", SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="150")
+    assert not skipped and "2 rounds need 150" in short.stdout, short.stdout
