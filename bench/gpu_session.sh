@@ -13,9 +13,13 @@
 # holds the reference version (`make device-wheels`: ce69914), one run of it trains first, for the ratios against it.
 # A setup starts only when its rounds fit, ~(budget + 40) s each: with the reference, 3 rounds, ~4.3 min a setup
 # (SESSION_CAMPAIGN_SECONDS=300 leaves time for the first); without it 2 rounds (300 leaves time for both).
-# SESSION_CUDA_MPS=1 adds, per setup, two runs at once through a private CUDA MPS daemon (one more round; rpm_lib.cuda_mps).
-# SESSION_CAMPAIGN_SECONDS=0 runs no slice: a second call on the still-warm machine, whose data are already there
-# (e.g. SESSION_SECONDS=280 SESSION_CAMPAIGN_SECONDS=0 SESSION_SECOND=concurrency SESSION_CONCURRENCY_SETUPS=mlcl_aug).
+# SESSION_CUDA_MPS=1 adds, per setup, two runs at once through a private CUDA MPS daemon (one more round; rpm_lib.cuda_mps),
+# where NVIDIA's control program is, and left out for a setup whose rounds would not fit with it.
+# SESSION_CONCURRENCY_RUNS (default 1,2): the counts of runs at once compared, one round each.
+# SESSION_CAMPAIGN_SECONDS=0 runs no slice; on a fresh machine it makes the campaign's data first (the YAML's prepare
+# steps, ~30 s). The whole throughput comparison in one call, both setups, three at once as the campaign trains:
+#   SESSION_CAMPAIGN_SECONDS=0 SESSION_SECOND=concurrency SESSION_CUDA_MPS=1 SESSION_CONCURRENCY_BUDGET=30 \
+#   SESSION_CONCURRENCY_RUNS=1,3
 #
 # $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
 # slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files:
@@ -40,10 +44,13 @@ source bench/device_env.sh
 SESSION_SECONDS=${SESSION_SECONDS:-585}
 export CAMPAIGN_SECONDS=${SESSION_CAMPAIGN_SECONDS:-430} OUT
 if [[ $CAMPAIGN_SECONDS == 0 ]]; then
-    # a second call on the still-warm machine, whose slice already ran: its data are there
     echo "gpu_session: no campaign slice (SESSION_CAMPAIGN_SECONDS=0)"
-    [[ -f data/i-raven-80/manifest.json ]] \
-        || echo "gpu_session: data/i-raven-80 is not here (a fresh machine): only a call with a slice makes it" >&2
+    if [[ ! -f data/i-raven-80/manifest.json ]]; then
+        # a fresh machine: the campaign's data, made as its slice would (the YAML's prepare steps)
+        made=$(date +%s)
+        rpm-batch configs/table1_scl_gpu.yaml --prepare-only 2>&1 | tail -3
+        echo "gpu_session: the campaign's data made in $(( $(date +%s) - made )) s"
+    fi
 else
     bash bench/gpu_campaign.sh 2>&1 | tee /tmp/session-extras/campaign.log | grep -v "^\s*$" | tail -40
 fi
@@ -70,30 +77,44 @@ if [[ $SECOND == linear-eval ]]; then
         --num-workers 8 --out "$X/probe.json" >"$X/probe.txt" 2>&1
     tail -c 4000 "$X/probe.txt" 2>/dev/null
 elif [[ $SECOND == concurrency ]]; then
-    # per setup, one run against two at once (bench/bench_concurrent_runs.py), side by side in this call; a setup
-    # is started only when it can end in time: two rounds of training plus each round's start-up (~40 s)
+    # per setup, one run against several at once (bench/bench_concurrent_runs.py), side by side in this call; a
+    # setup is started only when it can end in time: a round per count of runs (SESSION_CONCURRENCY_RUNS), one for
+    # the reference version, each its training plus its start-up (~40 s)
     budget=${SESSION_CONCURRENCY_BUDGET:-45}
-    baseline=() rounds=2
+    runs=${SESSION_CONCURRENCY_RUNS:-1,2}
+    IFS=, read -ra counts <<<"$runs"
+    rounds=${#counts[@]} several=0
+    for count in "${counts[@]}"; do (( count > 1 )) && several=$(( several + 1 )); done
+    baseline=()
     if [[ -f .device/baseline/REVISION ]]; then
-        baseline=(--baseline-code .device/baseline) rounds=3
+        baseline=(--baseline-code .device/baseline) rounds=$(( rounds + 1 ))
     fi
+    mps=()
     if [[ ${SESSION_CUDA_MPS:-0} == 1 ]]; then
         # Only where NVIDIA's control program is: the bench refuses --cuda-mps without it, and that refusal would
         # cost the call its other rounds too.
         if "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null; then
-            baseline+=(--cuda-mps) rounds=$(( rounds + 1 ))
+            mps=(--cuda-mps)
         else
             echo "gpu_session: no MPS round: nvidia-cuda-mps-control is not on this machine (rpm_lib.cuda_mps)"
         fi
     fi
     for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
-        if (( left < rounds * (budget + 40) )); then
-            echo "gpu_session: concurrency of $setup skipped: ${left} s left, $rounds rounds need $(( rounds * (budget + 40) ))"
+        # the bench adds an MPS round for each count of several runs
+        with=("${mps[@]}") need=$(( (rounds + (${#mps[@]} ? several : 0)) * (budget + 40) ))
+        if (( ${#mps[@]} && left < need )); then
+            # the MPS round is the one to go without: the others carry the comparison with the reference version
+            (( left >= rounds * (budget + 40) )) \
+                && echo "gpu_session: concurrency of $setup without its MPS round: ${left} s left, $need needed with it"
+            with=() need=$(( rounds * (budget + 40) ))
+        fi
+        if (( left < need )); then
+            echo "gpu_session: concurrency of $setup skipped: ${left} s left, $(( need / (budget + 40) )) rounds need $need"
             break
         fi
-        timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --setup "$setup" --runs 1,2 \
-            "${baseline[@]}" --train-budget "$budget" --out "/tmp/session-extras/concurrent_$setup" 2>&1 | tail -14
+        timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --setup "$setup" --runs "$runs" \
+            "${baseline[@]}" "${with[@]}" --train-budget "$budget" --out "/tmp/session-extras/concurrent_$setup" 2>&1 | tail -14
         find "/tmp/session-extras/concurrent_$setup" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
     done
 elif (( left > 45 )) && [[ -f data/i-raven-80/manifest.json ]]; then

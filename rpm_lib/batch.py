@@ -944,6 +944,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("config", nargs="?", help="batch YAML (e.g. configs/table1.yaml)")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="runs executed in parallel (default 1)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (runs, parameters, skips) and exit")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="run the YAML's prepare steps (make the data) and exit, e.g. before a time-limited "
+                             "call or job that should spend its time on training")
     parser.add_argument("--out", help="batch folder (default: the YAML's 'out')")
     parser.add_argument("--grid", action="append", help="run only this grid (repeatable; default: default grids)")
     parser.add_argument("--set", dest="overrides", action="append", type=_parse_override, default=[],
@@ -1151,6 +1154,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("a batch YAML is required (or --gather BATCH_DIR)")
+    if args.prepare_only:
+        try:
+            config = load_batch_config(args.config)
+            if not config.prepare:
+                print(f"rpm-batch: {config.path} has no prepare steps; nothing to do")
+            _run_prepare(config, args.dry_run, (lambda *_: None) if args.quiet else _printer())
+        except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:
+            print(f"rpm-batch: error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     devices = args.cuda_devices.split(",") if args.cuda_devices else None
     if devices is not None and not all(d.strip() for d in devices):
         parser.error(f"--cuda-devices: an empty GPU id in {args.cuda_devices!r} (e.g. 0,1,2,3)")

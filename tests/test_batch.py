@@ -536,3 +536,30 @@ def test_prepare_steps_sharing_creates_run_and_skip_together(tmp_path, fake_temp
                                                    "prepare:\n" + step(raw) + step(raw)))
     with pytest.raises(RuntimeError, match=f"prepare command did not create {cache}"):
         batch._run_prepare(broken, False, lines.append)
+
+
+def test_prepare_only_makes_the_data_and_runs_nothing(tmp_path, fake_templates, monkeypatch, capsys):
+    train, _ = fake_templates
+    made = tmp_path / "data.txt"
+    config = _write_config(tmp_path / "b.yaml", f"""
+template: {train}
+out: {tmp_path / "out"}
+prepare:
+  - creates: {made}
+    run: [{sys.executable}, -c, "import pathlib; pathlib.Path(r'{made}').write_text('x')"]
+axes: {{seed: [0]}}
+""")
+    monkeypatch.chdir(tmp_path)
+    assert batch.main([str(config), "--prepare-only", "--dry-run"]) == 0 and not made.exists()
+    assert batch.main([str(config), "--prepare-only"]) == 0
+    assert made.read_text() == "x" and not (tmp_path / "out").exists()  # no run folder, no tables
+    assert batch.main([str(config), "--prepare-only"]) == 0
+    assert "exists, skipping" in capsys.readouterr().out
+    failing = _write_config(tmp_path / "f.yaml", f"template: {train}\naxes: {{seed: [0]}}\nprepare:\n"
+                                                 f"  - run: [{sys.executable}, -c, 'raise SystemExit(3)']\n")
+    assert batch.main([str(failing), "--prepare-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "prepare command failed (exit 3)" in err, err
+    bare = _write_config(tmp_path / "n.yaml", f"template: {train}\naxes: {{seed: [0]}}\n")
+    assert batch.main([str(bare), "--prepare-only"]) == 0
+    assert "has no prepare steps; nothing to do" in capsys.readouterr().out

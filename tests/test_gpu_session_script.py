@@ -104,26 +104,38 @@ def test_a_warm_machine_installs_the_carried_wheels_once(tmp_path: Path) -> None
     assert installs()[0] == 2
 
 
-def _session_calls(tmp_path: Path, mps_control: bool = True,
+def _session_calls(tmp_path: Path, mps_control: bool = True, data_here: bool = True, baseline: bool = False,
                    **settings: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     """Run gpu_session.sh from a copy of its two scripts (no .device there: no wheels, no reference version) with a
-    stand-in interpreter that records its arguments; returns the run and the recorded calls of bench scripts.
-    ``mps_control``: whether the interpreter finds NVIDIA's MPS control program (``rpm_lib.cuda_mps.find_control``)."""
+    stand-in interpreter and ``rpm-batch`` that record their arguments; returns the run and the recorded calls of
+    bench scripts and of ``rpm-batch``.
+    ``mps_control``: whether the interpreter finds NVIDIA's MPS control program (``rpm_lib.cuda_mps.find_control``).
+    ``data_here``: whether the campaign's data are there already (a warm machine).
+    ``baseline``: whether ``.device/baseline`` holds the reference version (``make device-wheels``)."""
     repo = tmp_path / "repo"
     (repo / "bench").mkdir(parents=True)
     for name in ("gpu_session.sh", "device_env.sh"):
         (repo / "bench" / name).write_text((REPO / "bench" / name).read_text())
+    if baseline:
+        (repo / ".device" / "baseline").mkdir(parents=True)
+        (repo / ".device" / "baseline" / "REVISION").write_text("ce69914\n")
+    if data_here:
+        (repo / "data" / "i-raven-80").mkdir(parents=True)
+        (repo / "data" / "i-raven-80" / "manifest.json").write_text("{}")
     record = tmp_path / "calls.txt"
     stub = tmp_path / "python"
     missing = "" if mps_control else 'case "$*" in *find_control*) exit 1;; esac\n'
     stub.write_text(f"#!/bin/sh\n{missing}printf '%s\\n' \"$*\" >> {record}\n")
     stub.chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(stub), "OUT": str(tmp_path / "out"), "HOME": str(tmp_path),
-           "SESSION_CAMPAIGN_SECONDS": "0", **settings}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "rpm-batch").write_text(f"#!/bin/sh\nprintf 'rpm-batch %s\\n' \"$*\" >> {record}\n")
+    (tmp_path / "bin" / "rpm-batch").chmod(0o755)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "PYTHON": str(stub), "OUT": str(tmp_path / "out"),
+           "HOME": str(tmp_path), "SESSION_CAMPAIGN_SECONDS": "0", **settings}
     done = subprocess.run(["bash", str(repo / "bench" / "gpu_session.sh")], cwd=repo, capture_output=True, text=True,
                           timeout=120, env=env)
     calls = [line.split() for line in record.read_text().splitlines()] if record.is_file() else []
-    return done, [call for call in calls if call and call[0].startswith("bench/")]
+    return done, [call for call in calls if call and (call[0].startswith("bench/") or call[0] == "rpm-batch")]
 
 
 def test_the_concurrency_part_passes_only_options_the_bench_knows_and_adds_an_mps_round(tmp_path: Path) -> None:
@@ -137,10 +149,15 @@ def test_the_concurrency_part_passes_only_options_the_bench_knows_and_adds_an_mp
                            capture_output=True, text=True, timeout=120).stdout
     for option in {word for call in calls for word in call if word.startswith("--")}:
         assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", known), option  # "--mps" is not "--cuda-mps"
-    # without the reference version: one run, two, two through MPS = three rounds of (35 + 40) s each
-    short, skipped = _session_calls(tmp_path / "short", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+    # without the reference version: one run, two, two through MPS = three rounds of (35 + 40) s each; where only
+    # two fit, the MPS round is left out, and where not even those, the setup
+    short, without = _session_calls(tmp_path / "short", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
                                     SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="200")
-    assert not skipped and "3 rounds need 225" in short.stdout, short.stdout
+    assert "concurrency of ce_aux_sparse without its MPS round: 190 s left, 225 needed with it" in short.stdout
+    assert without and not any("--cuda-mps" in call for call in without), without
+    shorter, skipped = _session_calls(tmp_path / "shorter", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                                      SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="150")
+    assert not skipped and "2 rounds need 150" in shorter.stdout, shorter.stdout
 
 
 def test_without_the_mps_control_program_the_concurrency_part_keeps_its_other_rounds(tmp_path: Path) -> None:
@@ -155,3 +172,37 @@ def test_without_the_mps_control_program_the_concurrency_part_keeps_its_other_ro
     short, skipped = _session_calls(tmp_path / "short", mps_control=False, SESSION_SECOND="concurrency",
                                     SESSION_CUDA_MPS="1", SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="150")
     assert not skipped and "2 rounds need 150" in short.stdout, short.stdout
+
+
+def test_a_call_without_a_slice_on_a_fresh_machine_makes_the_campaign_data_first(tmp_path: Path) -> None:
+    # The throughput measurements need the campaign's data; a call without a slice had none on a fresh machine.
+    done, calls = _session_calls(tmp_path / "fresh", data_here=False, SESSION_SECOND="concurrency",
+                                 SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="1000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert calls[0] == ["rpm-batch", "configs/table1_scl_gpu.yaml", "--prepare-only"], calls
+    assert [call[0] for call in calls[1:]] == ["bench/bench_concurrent_runs.py"] * 2, calls
+    assert "the campaign's data made in" in done.stdout
+    _, warm = _session_calls(tmp_path / "warm", SESSION_SECOND="concurrency", SESSION_CONCURRENCY_BUDGET="35",
+                             SESSION_SECONDS="1000")
+    assert all(call[0] != "rpm-batch" for call in warm), warm
+
+
+def test_the_one_call_throughput_comparison_plans_its_rounds_from_the_counts_of_runs(tmp_path: Path) -> None:
+    # the next lent session's first call (docs/reproduction-gpu.md): the reference version, one run, three at once
+    # and three at once through MPS, for both setups, on data made in the same call
+    done, calls = _session_calls(tmp_path, baseline=True, data_here=False, SESSION_SECOND="concurrency",
+                                 SESSION_CUDA_MPS="1", SESSION_CONCURRENCY_BUDGET="30",
+                                 SESSION_CONCURRENCY_RUNS="1,3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    bench = [call for call in calls if call[0] == "bench/bench_concurrent_runs.py"]
+    assert len(bench) == 2 and calls[0][0] == "rpm-batch", calls
+    for call in bench:
+        assert call[call.index("--runs") + 1] == "1,3" and call[call.index("--train-budget") + 1] == "30"
+        assert call[call.index("--baseline-code") + 1] == ".device/baseline" and "--cuda-mps" in call
+    # four rounds of (30 + 40) s: the reference, one run, three, three through MPS; without MPS three
+    _, tight = _session_calls(tmp_path / "tight", baseline=True, SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                              SESSION_CONCURRENCY_BUDGET="30", SESSION_CONCURRENCY_RUNS="1,3", SESSION_SECONDS="230")
+    assert len(tight) == 2 and not any("--cuda-mps" in call for call in tight), tight
+    _, none = _session_calls(tmp_path / "none", baseline=True, SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                             SESSION_CONCURRENCY_BUDGET="30", SESSION_CONCURRENCY_RUNS="1,3", SESSION_SECONDS="219")
+    assert none == [], none
