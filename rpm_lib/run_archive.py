@@ -673,6 +673,11 @@ def _restore(source: Path, out: Path, manifest: dict[str, Any], targets: dict[st
                 _partial(target).unlink()
             else:
                 _partial(target).replace(target)
+        # folders made for a kept run's files (its checkpoints/<stage>/, say) are left empty: removed again
+        kept_dirs = [(out / run).resolve() for run in kept]
+        for path in sorted(written, key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and any(path.resolve().is_relative_to(d) for d in kept_dirs) and not any(path.iterdir()):
+                path.rmdir()
     except OSError as error:
         _discard(written)
         raise ArchiveError(f"{out}: cannot restore the runs ({error.filename}: {error.strerror or error})") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import re
 import tarfile
 from pathlib import Path
@@ -404,6 +405,7 @@ def test_keep_further_keeps_a_run_that_went_further_and_restores_the_others(tmp_
     run_archive.pack(tmp_path / "batch", tmp_path / "old.tar.gz")
     packed_history = (behind / "history.csv").read_text()
     _finish(ahead)
+    shutil.rmtree(ahead / "checkpoints" / "linear")  # its final weights moved elsewhere: the archive has that folder
     finished_files = {p.relative_to(ahead): p.read_bytes() for p in ahead.rglob("*") if p.is_file()}
     (behind / "history.csv").write_text("stage,epoch\n")  # this one lost an epoch here: the archive's wins
     with pytest.raises(ArchiveError, match="applies with --overwrite"):
@@ -414,6 +416,7 @@ def test_keep_further_keeps_a_run_that_went_further_and_restores_the_others(tmp_
     assert notes == [f"{ahead}: the run here had gone further (finished, 8 steps, 3 epochs) than the archive's "
                      f"(unfinished, 0 steps, 1 epochs); kept (--keep-further)"], notes
     assert {p.relative_to(ahead): p.read_bytes() for p in ahead.rglob("*") if p.is_file()} == finished_files
+    assert not [p for p in ahead.rglob("*") if p.is_dir() and not any(p.iterdir())]  # no folder made for it
     assert (behind / "history.csv").read_text() == packed_history
     assert not list(tmp_path.rglob("*partial*"))
     # the command line: a note, not a warning, and the same refusal without --overwrite
