@@ -8,6 +8,12 @@ trains (``rpm-batch --jobs 2`` in slices 1-3, ``--jobs 3`` since). This measures
 workers. Per run: the RPMs/s of its training steps (validation excluded) and the GPU utilisation it sampled; per
 N: their sum, and its ratio to N = 1.
 
+This version's runs wait for each other before their measured training begins (a start barrier: they reach their
+first step seconds apart, and a run training alone meanwhile would count its solo speed as shared), and record a
+timeline of the problems trained. The table's "common window" is the time all N were training, its RPMs/s the
+problems all of them trained in it over its length: validation inside it counts as time without training, so it is
+the honest aggregate; the sum of the per-run rates leaves each run's validation out while the others go on.
+
 ``--cuda-mps`` adds, for every count above one, a round of the same runs through a private CUDA Multi-Process Service
 daemon (``rpm_lib.cuda_mps``), whose server lets the processes' kernels run side by side instead of taking turns; the
 row says how many of its runs connected to the daemon (a run that finds none trains without it).
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -97,6 +104,10 @@ def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, c
     prefix = prefix or (f"n{count}" if code is None else "baseline")
     processes = []
     began = time.perf_counter()
+    # this version's runs begin their measured training together (an earlier version's script has no barrier)
+    barrier = out / f"{prefix}_barrier" if "--start-barrier" in script.read_text(encoding="utf-8") else None
+    if barrier is not None:
+        shutil.rmtree(barrier, ignore_errors=True)
     for index in range(count):
         report = out / f"{prefix}_run{index}.json"
         command = [sys.executable, str(script), "--train-part", args.setup, "--data", str(Path(data).resolve()),
@@ -104,6 +115,8 @@ def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, c
                    "--train-budget", str(args.train_budget)]
         if takes_workers:
             command += ["--loader-workers", str(workers)]
+        if barrier is not None:
+            command += ["--start-barrier", str(barrier), "--barrier-count", str(count)]
         if args.cpu_dry_run:
             command.append("--cpu-dry-run")
         env = {**_code_env(code), **extra_env}
@@ -123,11 +136,41 @@ def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, c
     speeds = [r["numbers"]["rpms_per_s"] for r in runs if r["numbers"]]
     utils = [r["numbers"]["gpu_utilisation_mean_pct"] for r in runs
              if r["numbers"] and r["numbers"].get("gpu_utilisation_mean_pct") is not None]
+    window = common_window([r["numbers"].get("timeline") for r in runs if r["numbers"]]) \
+        if len(speeds) == count else None
     return {"code": label, "runs": count, "loader_workers_per_run": workers if takes_workers else None,
             "wall_s": round(wall, 1),
             "rpms_per_s_per_run": speeds, "aggregate_rpms_per_s": round(sum(speeds), 1) if len(speeds) == count else None,
+            "window_s": None if window is None else round(window[0], 1),
+            "window_rpms_per_s": None if window is None else round(window[1], 1),
             "gpu_utilisation_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
             "failed": [i for i, r in enumerate(runs) if r["numbers"] is None]}
+
+
+def _trained_by(timeline: list[list[float]], moment: float) -> float:
+    """RPMs a run had trained at ``moment`` (``time.time()``), linear between its timeline's points."""
+    previous = timeline[0]
+    for point in timeline[1:]:
+        if point[0] >= moment:
+            span = point[0] - previous[0]
+            share = 0.0 if span <= 0 else (moment - previous[0]) / span
+            return previous[1] + share * (point[1] - previous[1])
+        previous = point
+    return float(previous[1])
+
+
+def common_window(timelines: list[list[list[float]] | None]) -> tuple[float, float] | None:
+    """(seconds, RPMs/s) of the runs together over the window in which all of them were training: from the last
+    start to the first end of their timelines (``[time.time(), RPMs so far]`` points), the problems all of them
+    trained in it over its length. Validation inside the window counts as time without training, so this is at most
+    the sum of the runs' own rates; None without a timeline for every run (an earlier version) or without overlap."""
+    if not timelines or any(not t or len(t) < 2 for t in timelines):
+        return None
+    start, end = max(t[0][0] for t in timelines), min(t[-1][0] for t in timelines)
+    if end - start <= 0:
+        return None
+    trained = sum(_trained_by(t, end) - _trained_by(t, start) for t in timelines)
+    return end - start, trained / (end - start)
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) -> str:
@@ -138,29 +181,37 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
                      if r["code"] == code and r["runs"] == 1 and r["aggregate_rpms_per_s"]), None)
 
     base = single(THIS_VERSION)
+    base_window = next((r["window_rpms_per_s"] for r in rows if r["code"] == THIS_VERSION and r["runs"] == 1
+                        and r.get("window_rpms_per_s")), None)
     earlier = next((r["code"] for r in rows if r["code"] not in (THIS_VERSION, THIS_VERSION_MPS)), None)
     with_mps = any("mps_clients" in r for r in rows)
     before = single(earlier) if earlier else None
-    lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s; RPMs/s of training steps "
-             "(validation excluded)", "",
-             "| code | runs at once | loader workers per run | RPMs/s per run | aggregate RPMs/s | vs 1 run "
-             + (f"| vs {earlier} " if earlier else "") + "| GPU util % |",
-             "|---|---:|---:|---|---:|---:|" + ("---:|" if earlier else "") + "---:|"]
-    if with_mps:
-        lines[2] += " runs connected to MPS |"
-        lines[3] += "---:|"
+    columns = ["code", "runs at once", "loader workers per run", "RPMs/s per run", "aggregate RPMs/s", "vs 1 run"]
+    columns += [f"vs {earlier}"] if earlier else []
+    columns += ["common window: RPMs/s (s)", "vs 1 run, window", "GPU util %"]
+    columns += ["runs connected to MPS"] if with_mps else []
+    lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s. RPMs/s per run: its training "
+             "steps, validation excluded; aggregate: their sum. This version's runs begin their measured training "
+             "together; the common window is the time all of them were training, and its RPMs/s are the problems "
+             "all of them trained in it over its length (validation inside it counts as time without training).",
+             "", "| " + " | ".join(columns) + " |",
+             "|---|" + "---:|" * 2 + "---|" + "---:|" * (len(columns) - 4)]
     for r in rows:
-        agg = r["aggregate_rpms_per_s"]
+        agg, window = r["aggregate_rpms_per_s"], r.get("window_rpms_per_s")
         mine = r["code"] in (THIS_VERSION, THIS_VERSION_MPS)
-        ratio = f"{agg / base:.2f}x" if agg and base and mine else ""
-        versus = (f"| {agg / before:.2f}x " if agg and before else "| ") if earlier else ""
-        util = "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"
-        per_run = ", ".join(f"{x:,.0f}" for x in r["rpms_per_s_per_run"]) or "failed"
-        workers = "its default" if r["loader_workers_per_run"] is None else r["loader_workers_per_run"]
-        lines.append(f"| {r['code']} | {r['runs']} | {workers} | {per_run} | "
-                     f"{'' if agg is None else format(agg, ',.0f')} | {ratio} {versus}| {util} |"
-                     + (f" {r['mps_clients']} of {r['runs']} |" if "mps_clients" in r else
-                        (" |" if with_mps else "")))
+        cells = [r["code"], str(r["runs"]),
+                 "its default" if r["loader_workers_per_run"] is None else str(r["loader_workers_per_run"]),
+                 ", ".join(f"{x:,.0f}" for x in r["rpms_per_s_per_run"]) or "failed",
+                 "" if agg is None else format(agg, ",.0f"),
+                 f"{agg / base:.2f}x" if agg and base and mine else ""]
+        if earlier:
+            cells.append(f"{agg / before:.2f}x" if agg and before else "")
+        cells += ["" if window is None else f"{window:,.0f} ({r['window_s']:g})",
+                  f"{window / base_window:.2f}x" if window and base_window and mine else "",
+                  "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"]
+        if with_mps:
+            cells.append(f"{r['mps_clients']} of {r['runs']}" if "mps_clients" in r else "")
+        lines.append("| " + " | ".join(cells) + " |")
     failures = sorted({r["mps_server_failure"] for r in rows if r.get("mps_server_failure")})
     if failures:
         lines += ["", *(f"MPS server: {line}" for line in failures)]

@@ -214,7 +214,8 @@ class _Meter:
     55 % utilisation).
     """
 
-    def __init__(self, budgets: dict[str, float], cuda: bool, sample_every: int) -> None:
+    def __init__(self, budgets: dict[str, float], cuda: bool, sample_every: int, first_stage: str,
+                 barrier: tuple[Path, int] | None = None) -> None:
         import lightning as L
 
         meter = self
@@ -233,6 +234,10 @@ class _Meter:
         class Callback(L.Callback):
             def on_train_start(self, trainer, pl_module):
                 stage = pl_module.plan.name
+                if meter.timeline is None:  # the first stage: the one measured
+                    if barrier is not None:
+                        meter.barrier_waited_s = round(_wait_at_barrier(*barrier), 2)
+                    meter.timeline = [(time.time(), 0)]
                 meter.stage_began = meter.last_print = time.perf_counter()
                 meter.synced_end = None
                 meter.val_s[stage], meter.val_runs[stage] = 0.0, 0
@@ -240,6 +245,7 @@ class _Meter:
 
             def on_train_end(self, trainer, pl_module):
                 stage = pl_module.plan.name
+                meter.end_timeline(stage)
                 meter.wall_s[stage] = time.perf_counter() - meter.stage_began - meter.val_s[stage]
                 meter.epochs[stage] = trainer.current_epoch
                 say(f"stage {stage}: training ends after {trainer.current_epoch} epochs, "
@@ -276,6 +282,8 @@ class _Meter:
                 # a linear evaluation on cached embeddings has batches of indices only (rpm_lib.training.feature_cache)
                 size = batch["target"] if "target" in batch else batch["index"]
                 meter.rpms[stage] = meter.rpms.get(stage, 0) + int(size.shape[0])
+                if meter.measuring(stage) and time.time() - meter.timeline[-1][0] >= TIMELINE_EVERY_S:
+                    meter.timeline.append((time.time(), meter.rpms[stage]))
                 panels = batch.get("panels")
                 meter.views[stage] = panels.shape[1] if panels is not None and panels.ndim == 5 else 1
                 meter.synced_end = None
@@ -290,6 +298,7 @@ class _Meter:
                     say(f"stage {stage}: {meter.rpms[stage]} RPMs, {done:.0f} RPMs/s, "
                         f"data wait {meter.wait_s / max(meter.wait_s + meter.step_s, 1e-9):.1%} (sampled)")
                 if now - meter.stage_began > budgets.get(stage, float("inf")):
+                    meter.end_timeline(stage)
                     trainer.should_stop = True
 
         self.callback = Callback()
@@ -303,6 +312,40 @@ class _Meter:
         self.stage_began = self.batch_began = self.last_print = self.phase_began = 0.0
         self.synced_end: float | None = None
         self.timing_this_step = False
+        # (time.time(), RPMs trained so far) of the first stage, from its start (after the barrier) to its end
+        self.timeline: list[tuple[float, int]] | None = None
+        self.measured: str | None = None  # the first stage, once it has ended
+        self.barrier_waited_s: float | None = None
+
+        self.first_stage = first_stage
+
+    def measuring(self, stage: str) -> bool:
+        """Whether ``stage`` is the first stage, still training (the one the timeline follows)."""
+        return self.timeline is not None and self.measured is None and stage == self.first_stage
+
+    def end_timeline(self, stage: str) -> None:
+        """The timeline's last point: the first stage's budget is spent (or the stage ended before it was)."""
+        if self.measuring(stage):
+            self.timeline.append((time.time(), self.rpms.get(stage, 0)))
+            self.measured = stage
+
+
+#: Seconds between two points of a run's timeline (``_Meter.timeline``).
+TIMELINE_EVERY_S = 0.2
+#: Seconds a run waits at the start barrier for the others before it trains alone.
+BARRIER_TIMEOUT_S = 180.0
+
+
+def _wait_at_barrier(folder: Path, count: int) -> float:
+    """Say this process is ready to train (a file in ``folder``) and wait until ``count`` processes are: runs
+    started together reach their first step seconds apart (imports, CUDA, data), and a run training alone meanwhile
+    would count its solo speed as shared. Returns the seconds waited."""
+    began = time.monotonic()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"ready-{os.getpid()}").touch()
+    while len(list(folder.glob("ready-*"))) < count and time.monotonic() - began < BARRIER_TIMEOUT_S:
+        time.sleep(0.02)
+    return time.monotonic() - began
 
 
 def _gpu_sampler(samples: list[int], stop: threading.Event) -> None:
@@ -318,9 +361,10 @@ def _gpu_sampler(samples: list[int], stop: threading.Event) -> None:
 
 
 def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | None = None,
-               loader_workers: int | None = None) -> dict[str, Any]:
+               loader_workers: int | None = None, barrier: tuple[Path, int] | None = None) -> dict[str, Any]:
     """Train SCL ``setup`` for the wall budget on ``data``; the numbers for the report. ``loader_workers``: this
-    run's DataLoader workers (default the sizes'; runs sharing a machine split them)."""
+    run's DataLoader workers (default the sizes'; runs sharing a machine split them). ``barrier``: (folder, count)
+    of runs started together, which begin their measured training at the same moment (:func:`_wait_at_barrier`)."""
     import torch
 
     from rpm_lib.training.config import TrainConfig
@@ -338,7 +382,7 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
                          precision=s["precision"], num_workers=s["loader_workers"], progress_bar=False,
                          run_dir=str(out / f"train_{setup}"), overwrite=True, save_predictions=False,
                          **({"max_val_samples": 64, "max_test_samples": 64} if dry_run else {}))
-    meter = _Meter(budgets, cuda, s["sample_every"])
+    meter = _Meter(budgets, cuda, s["sample_every"], "pretrain" if setup == "mlcl_aug" else "supervised", barrier)
     samples: list[int] = []
     stop = threading.Event()
     sampler = threading.Thread(target=_gpu_sampler, args=(samples, stop), daemon=True)
@@ -347,7 +391,7 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
     began = time.perf_counter()
     metrics = train(config, callbacks=[meter.callback])
     stop.set()
-    first = "pretrain" if setup == "mlcl_aug" else "supervised"
+    first = meter.first_stage
     rpms_per_s = meter.rpms.get(first, 0) / max(meter.wall_s.get(first, 0.0), 1e-9)
     timed = meter.wait_s + meter.step_s
     numbers: dict[str, Any] = {
@@ -361,6 +405,9 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
         "test_accuracy_per_configuration": {k: round(v, 4) for k, v in
                                             metrics.get("test_accuracy_per_configuration_short", {}).items()},
     }
+    if barrier is not None:  # for bench_concurrent_runs.py's common window (not for this check's own report)
+        numbers["timeline"] = [[round(t, 3), n] for t, n in meter.timeline or []]
+        numbers["barrier_waited_s"] = meter.barrier_waited_s
     if setup == "mlcl_aug" and rpms_per_s > 0:
         # 100 epochs of pre-training on 42,000 problems, each followed by one validation pass like those measured
         epoch_s = 42000 / rpms_per_s + numbers["validation_s_per_epoch"]
@@ -402,10 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--loader-workers", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--start-barrier", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--barrier-count", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.train_part:
+        barrier = None if args.start_barrier is None else (args.start_barrier, args.barrier_count)
         numbers = train_part(args.train_part, args.data, args.out, args.cpu_dry_run, args.train_budget,
-                             args.loader_workers)
+                             args.loader_workers, barrier)
         args.json.write_text(json.dumps(numbers, indent=1))
         return 0
     unknown = set(args.parts.split(",")) - set(PARTS)

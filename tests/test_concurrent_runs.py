@@ -28,6 +28,30 @@ def test_dry_run_trains_one_then_two_runs_at_once_and_sums_them(tmp_path: Path) 
         assert row["aggregate_rpms_per_s"] == round(sum(row["rpms_per_s_per_run"]), 1)
     table = (tmp_path / "concurrent_runs.md").read_text()
     assert "| 1 | 0 |" in table and "1.00x" in table and "| 2 | 0 |" in table
+    # the two runs began their measured training together (the start barrier), and the window they shared is known
+    starts = [json.loads((tmp_path / f"n2_run{i}.json").read_text())["timeline"][0][0] for i in range(2)]
+    assert abs(starts[0] - starts[1]) < 1.0, starts
+    assert all(r["window_s"] > 0 and r["window_rpms_per_s"] > 0 for r in rows), rows
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_concurrent_runs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_common_window_counts_only_the_time_all_runs_trained() -> None:
+    window = _bench_module().common_window
+    # A trains 10 RPMs/s from t=0 to 10, B 5 RPMs/s from t=2 to 12: together from 2 to 10, 80 + 40 problems in 8 s
+    assert window([[[0, 0], [10, 100]], [[2, 0], [12, 50]]]) == (8, 15.0)
+    # a run that paused (its validation) trained nothing meanwhile: the window counts the pause
+    assert window([[[0, 0], [4, 40], [6, 40], [10, 80]]]) == (10, 8.0)
+    # no overlap, or a run without a timeline (an earlier version's script): no window
+    assert window([[[0, 0], [1, 10]], [[2, 0], [3, 10]]]) is None
+    assert window([[[0, 0], [1, 10]], None]) is None and window([]) is None
 
 
 def test_bad_arguments_are_a_usage_error(tmp_path: Path) -> None:
