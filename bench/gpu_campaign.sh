@@ -120,9 +120,16 @@ for number in "${!BUDGETS[@]}"; do
     else
         budget=$(( BUDGETS[number] - ($(date +%s) - STARTED) - RESERVE ))
     fi
-    echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
-    rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget"
-    status=$?
+    if (( budget < 1 )); then
+        # CAMPAIGN_SECONDS too small for the reserve (a second call sized from what the session had left): the state
+        # goes back as it came, and the slice says so instead of failing on rpm-batch's refusal of the budget
+        echo "gpu_campaign: slice $number: no time left for training (${budget} s after the reserve of ${RESERVE} s)"
+        status=75
+    else
+        echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
+        rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget"
+        status=$?
+    fi
     mark batch_ended
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
     mkdir -p "$(dirname "$STATE")"

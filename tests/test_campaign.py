@@ -101,6 +101,25 @@ def test_a_slice_whose_budget_ends_before_any_run_begins_is_not_a_failure(tmp_pa
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["slice.tar.gz"]  # no state: the next slice starts
 
 
+def test_a_slice_left_no_time_after_its_reserve_says_so_and_returns_the_state_as_it_came(tmp_path: Path) -> None:
+    # a second call sized from what a session had left: rpm-batch refused the budget (exit 2) and failed the slice
+    work = tmp_path / "work"
+    _stopped_run(work / "runs" / "table1_scl_tiny" / "main" / "a", epochs=1, steps=4)
+    from rpm_lib import run_archive
+
+    state = work / "results" / "table1_scl_gpu" / "state.tar.gz"
+    run_archive.pack(work / "runs" / "table1_scl_tiny", state)
+    env = {**os.environ, "CAMPAIGN_WORK": str(work), "OUT": str(tmp_path / "out"), "CAMPAIGN_BUDGETS": "0"}
+    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in log and "rpm-batch: error" not in log, log[-3000:]
+    assert "gpu_campaign: slice 0: no time left for training" in log, log[-3000:]
+    returned = tmp_path / "returned"
+    run_archive.unpack(tmp_path / "out" / "state.tar.gz", returned)
+    assert run_archive.run_reach(returned / "main" / "a").steps == 4
+
+
 def _mps_control_here() -> bool:
     from rpm_lib.cuda_mps import MpsUnavailable, find_control
 
