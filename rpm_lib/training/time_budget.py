@@ -147,11 +147,20 @@ class TimeBudgetStop(L.Callback):
     # -- measurements ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A stage starts only with time for its first steps: a twentieth of the budget, at least 2 s. Decided here,
-        # inside the Trainer, so that under DDP every rank takes rank 0's decision, and before the module's own
-        # on_fit_start (Lightning calls the callbacks' first), whose start-up work (re-estimating BatchNorm
-        # statistics, embedding a linear stage's problems) a stage without time for a step would throw away.
-        if self.deadline.active and not self._allows(trainer, stage_start_seconds(self.deadline)):
+        # inside the Trainer, and before the module's own on_fit_start (Lightning calls the callbacks' first), whose
+        # start-up work (re-estimating BatchNorm statistics, embedding a linear stage's problems) a stage without
+        # time for a step would throw away.
+        if trainer.world_size == 1 and self.deadline.active \
+                and not self._allows(trainer, stage_start_seconds(self.deadline)):
             raise TimeBudgetReached(self.stage, None)  # the loops' counters are restored after on_fit_start
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Under DDP every rank takes rank 0's decision, here, where it was before 2026-11-28: decided in on_fit_start
+        # instead, 1 of ~20 CPU runs of tests/training/test_training_ddp.py aborted at exit ("terminate called
+        # without an active exception"; cause not established). DDP runs never cache a linear stage's embeddings.
+        if trainer.world_size > 1 and self.deadline.active \
+                and not self._allows(trainer, stage_start_seconds(self.deadline)):
+            raise TimeBudgetReached(self.stage, int(trainer.global_step))
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The first step of an epoch also starts the loader's iteration: it is measured like any other.
