@@ -79,15 +79,10 @@ else
 fi
 # CAMPAIGN_CUDA_MPS=1: the runs share the GPU through a private CUDA MPS daemon (rpm-batch --cuda-mps), so that their kernels
 # may run side by side; off until bench/bench_concurrent_runs.py --cuda-mps shows that it pays (docs/reproduction-gpu.md).
+# Only where NVIDIA's control program is: rpm-batch refuses --cuda-mps without it, which would fail the slice.
 MPS=()
-if [[ ${CAMPAIGN_CUDA_MPS:-0} == 1 ]]; then
-    # Only where NVIDIA's control program is: rpm-batch refuses --cuda-mps without it, which would fail the slice.
-    if "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null; then
-        MPS=(--cuda-mps)
-    else
-        echo "gpu_campaign: the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine"
-    fi
-fi
+[[ ${CAMPAIGN_CUDA_MPS:-0} == 1 ]] && { "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null \
+    && MPS=(--cuda-mps) || echo "gpu_campaign: the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine"; }
 NAME=$(basename "$CONFIG" .yaml)
 STATE=$WORK/results/table1_scl_gpu/state.tar.gz
 [[ $DRY == 0 ]] && STATE=$REPO/results/table1_scl_gpu/state.tar.gz

@@ -89,16 +89,11 @@ elif [[ $SECOND == concurrency ]]; then
     if [[ -f .device/baseline/REVISION ]]; then
         baseline=(--baseline-code .device/baseline) rounds=$(( rounds + 1 ))
     fi
+    # Only where NVIDIA's control program is: the bench refuses --cuda-mps without it, and that refusal would cost the
+    # call its other rounds too.
     mps=()
-    if [[ ${SESSION_CUDA_MPS:-0} == 1 ]]; then
-        # Only where NVIDIA's control program is: the bench refuses --cuda-mps without it, and that refusal would
-        # cost the call its other rounds too.
-        if "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null; then
-            mps=(--cuda-mps)
-        else
-            echo "gpu_session: no MPS round: nvidia-cuda-mps-control is not on this machine (rpm_lib.cuda_mps)"
-        fi
-    fi
+    [[ ${SESSION_CUDA_MPS:-0} == 1 ]] && { "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' \
+        2>/dev/null && mps=(--cuda-mps) || echo "gpu_session: no MPS round: nvidia-cuda-mps-control is not on this machine"; }
     for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
         # the bench adds an MPS round for each count of several runs
