@@ -332,8 +332,9 @@ class _Meter:
 
 #: Seconds between two points of a run's timeline (``_Meter.timeline``).
 TIMELINE_EVERY_S = 0.2
-#: Seconds a run waits at the start barrier for the others before it trains alone.
-BARRIER_TIMEOUT_S = 180.0
+#: Seconds a run waits at the start barrier for the others before it trains alone (one that crashed never comes;
+#: the others reach it seconds apart).
+BARRIER_TIMEOUT_S = 90.0
 
 
 def _wait_at_barrier(folder: Path, count: int) -> float:
