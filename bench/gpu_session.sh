@@ -14,7 +14,7 @@
 # A setup starts only when its rounds fit, ~(budget + 40) s each: with the reference, 3 rounds, ~4.3 min a setup
 # (SESSION_CAMPAIGN_SECONDS=300 leaves time for the first); without it 2 rounds (300 leaves time for both).
 # SESSION_CUDA_MPS=1 adds, per setup, two runs at once through a private CUDA MPS daemon (one more round; rpm_lib.cuda_mps),
-# where NVIDIA's control program is, and left out for a setup whose rounds would not fit with it.
+# where NVIDIA's control program is, and left out for a setup where it would not leave the later setups their rounds.
 # SESSION_CONCURRENCY_RUNS (default 1,2): the counts of runs at once compared, one round each.
 # SESSION_CAMPAIGN_SECONDS=0 runs no slice; on a fresh machine it makes the campaign's data first (the YAML's prepare
 # steps, ~30 s). The whole throughput comparison in one call, both setups, three at once as the campaign trains:
@@ -94,21 +94,27 @@ elif [[ $SECOND == concurrency ]]; then
     mps=()
     [[ ${SESSION_CUDA_MPS:-0} == 1 ]] && { "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' \
         2>/dev/null && mps=(--cuda-mps) || echo "gpu_session: no MPS round: nvidia-cuda-mps-control is not on this machine"; }
-    for setup in ${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug}; do
+    setups=(${SESSION_CONCURRENCY_SETUPS:-ce_aux_sparse mlcl_aug})
+    unit=$(( budget + 40 )) essential=$(( rounds * unit ))
+    for i in "${!setups[@]}"; do
+        setup=${setups[$i]}
         left=$(( SESSION_SECONDS - ($(date +%s) - STARTED) - 10 ))
-        # the bench adds an MPS round for each count of several runs
-        with=("${mps[@]}") need=$(( (rounds + (${#mps[@]} ? several : 0)) * (budget + 40) ))
-        if (( ${#mps[@]} && left < need )); then
-            # the MPS round is the one to go without: the others carry the comparison with the reference version
-            (( left >= rounds * (budget + 40) )) \
-                && echo "gpu_session: concurrency of $setup without its MPS round: ${left} s left, $need needed with it"
-            with=() need=$(( rounds * (budget + 40) ))
+        # an MPS round (the bench adds one for each count of several runs) only where it leaves the later setups
+        # their rounds without it: those carry the comparison with the reference version
+        later=$(( (${#setups[@]} - i - 1) * essential )) mine=$(( left - later ))
+        with=("${mps[@]}") need=$(( (rounds + (${#mps[@]} ? several : 0)) * unit ))
+        if (( ${#mps[@]} && mine < need )); then
+            (( left >= essential )) && echo "gpu_session: concurrency of $setup without its MPS round: ${mine} s for" \
+                "it beside the later setups' rounds, $need needed with it"
+            with=() need=$essential
         fi
         if (( left < need )); then
-            echo "gpu_session: concurrency of $setup skipped: ${left} s left, $(( need / (budget + 40) )) rounds need $need"
+            echo "gpu_session: concurrency of $setup skipped: ${left} s left, $(( need / unit )) rounds need $need"
             break
         fi
-        timeout "$left" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --setup "$setup" --runs "$runs" \
+        # rounds that run long stop at this setup's share (their rows so far are kept), not the later setups'
+        (( mine < need )) && mine=$left
+        timeout "$mine" "$PY" bench/bench_concurrent_runs.py --data data/i-raven-80 --setup "$setup" --runs "$runs" \
             "${baseline[@]}" "${with[@]}" --train-budget "$budget" --out "/tmp/session-extras/concurrent_$setup" 2>&1 | tail -14
         find "/tmp/session-extras/concurrent_$setup" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
     done

@@ -153,9 +153,9 @@ def test_the_concurrency_part_passes_only_options_the_bench_knows_and_adds_an_mp
     # two fit, the MPS round is left out, and where not even those, the setup
     short, without = _session_calls(tmp_path / "short", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
                                     SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="200")
-    # (190 s left, or 189 when the script's clock ticks over a second)
-    assert re.search(r"concurrency of ce_aux_sparse without its MPS round: 1(89|90) s left, 225 needed with it",
-                     short.stdout), short.stdout
+    # (190 s left, or 189 when the script's clock ticks over a second; 150 of them for MLCL+AUG's two rounds)
+    assert re.search(r"concurrency of ce_aux_sparse without its MPS round: (39|40) s for it beside the later "
+                     r"setups' rounds, 225 needed with it", short.stdout), short.stdout
     assert without and not any("--cuda-mps" in call for call in without), without
     shorter, skipped = _session_calls(tmp_path / "shorter", SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
                                       SESSION_CONCURRENCY_BUDGET="35", SESSION_SECONDS="150")
@@ -208,3 +208,11 @@ def test_the_one_call_throughput_comparison_plans_its_rounds_from_the_counts_of_
     _, none = _session_calls(tmp_path / "none", baseline=True, SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
                              SESSION_CONCURRENCY_BUDGET="30", SESSION_CONCURRENCY_RUNS="1,3", SESSION_SECONDS="219")
     assert none == [], none
+
+
+def test_an_mps_round_never_crowds_out_a_later_setup(tmp_path: Path) -> None:
+    # 440 s: CE+AUX-sparse with its MPS round (4 rounds of 70 s) would leave MLCL+AUG 160 s, less than its 3 rounds
+    _, calls = _session_calls(tmp_path, baseline=True, SESSION_SECOND="concurrency", SESSION_CUDA_MPS="1",
+                              SESSION_CONCURRENCY_BUDGET="30", SESSION_CONCURRENCY_RUNS="1,3", SESSION_SECONDS="450")
+    assert [call[call.index("--setup") + 1] for call in calls] == ["ce_aux_sparse", "mlcl_aug"], calls
+    assert "--cuda-mps" not in calls[0] and "--cuda-mps" in calls[1], calls  # the last setup has no one after it
