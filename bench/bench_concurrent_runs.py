@@ -99,13 +99,14 @@ def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, c
     workers = args.total_workers // count
     root = REPO if code is None else code.resolve()
     script = root / "bench" / "device_check.py"
+    source = script.read_text(encoding="utf-8")
     # an earlier version may not know --loader-workers; then it trains with its own default
-    takes_workers = "--loader-workers" in script.read_text(encoding="utf-8")
+    takes_workers = "--loader-workers" in source
     prefix = prefix or (f"n{count}" if code is None else "baseline")
     processes = []
     began = time.perf_counter()
     # this version's runs begin their measured training together (an earlier version's script has no barrier)
-    barrier = out / f"{prefix}_barrier" if "--start-barrier" in script.read_text(encoding="utf-8") else None
+    barrier = out / f"{prefix}_barrier" if "--start-barrier" in source else None
     if barrier is not None:
         shutil.rmtree(barrier, ignore_errors=True)
     for index in range(count):

@@ -18,9 +18,10 @@
   the paper's Table 1 average dashed.
 
 Several folders are recorded in the order the slices began (``started`` in ``slice.json``), whatever the order they
-are named in; the first one refused stops the rest. Nothing is recorded from a slice that is recorded already (the same ``started`` in ``slice.json``) or whose
-state would lose work the committed one holds (a run missing, or with fewer steps or epochs: an older slice's files;
-``--accept-behind`` records it anyway, with a warning, for a run restarted on purpose).
+are named in; the first one refused stops the rest. Nothing is recorded from a slice that is recorded already (the
+same ``started``) or whose state would lose work the committed one holds (a run missing, or with fewer steps or
+epochs: an older slice's files; ``--accept-behind`` records it anyway, with a warning, for a run restarted on
+purpose).
 
 It ends with a line on what the next slice's device call will carry (the state, the wheels, the rest of the
 repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit. Then commit ``results/`` and

@@ -314,20 +314,19 @@ class _Meter:
         self.timing_this_step = False
         # (time.time(), RPMs trained so far) of the first stage, from its start (after the barrier) to its end
         self.timeline: list[tuple[float, int]] | None = None
-        self.measured: str | None = None  # the first stage, once it has ended
+        self.timeline_ended = False
         self.barrier_waited_s: float | None = None
-
         self.first_stage = first_stage
 
     def measuring(self, stage: str) -> bool:
         """Whether ``stage`` is the first stage, still training (the one the timeline follows)."""
-        return self.timeline is not None and self.measured is None and stage == self.first_stage
+        return self.timeline is not None and not self.timeline_ended and stage == self.first_stage
 
     def end_timeline(self, stage: str) -> None:
         """The timeline's last point: the first stage's budget is spent (or the stage ended before it was)."""
         if self.measuring(stage):
             self.timeline.append((time.time(), self.rpms.get(stage, 0)))
-            self.measured = stage
+            self.timeline_ended = True
 
 
 #: Seconds between two points of a run's timeline (``_Meter.timeline``).

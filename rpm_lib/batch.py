@@ -515,6 +515,21 @@ class _Backstop:
                 self.stop_file.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def _backstop_of(run_dir: Path, deadline: tuple[float, float] | None) -> Iterator[_Backstop | None]:
+    """The run's :class:`_Backstop` while the block runs (``None`` without a deadline): it starts asking
+    :data:`BACKSTOP_S` (at most a tenth of the budget) after the deadline's end."""
+    if deadline is None:
+        yield None
+        return
+    end, whole = deadline
+    backstop = _Backstop(run_dir / STOP_FILE, end + min(BACKSTOP_S, 0.1 * whole))
+    try:
+        yield backstop
+    finally:
+        backstop.close()
+
+
 def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | None = None,
             threads: int | None = None, deadline: tuple[float, float] | None = None) -> RunResult:
     """Execute one grid point (template, then the ``then`` notebooks); never raises for notebook failures.
@@ -562,17 +577,11 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
         return RunResult(spec, run_dir, "skipped")
     (run_dir / "error.txt").unlink(missing_ok=True)
     for template, params, out_nb in steps:
-        backstop = None
-        if deadline is not None and template == config.template:
-            end, whole = deadline
-            backstop = _Backstop(run_dir / STOP_FILE, end + min(BACKSTOP_S, 0.1 * whole))
         try:
-            try:
+            # only the training notebook runs against the batch's deadline
+            with _backstop_of(run_dir, deadline if template == config.template else None) as backstop:
                 execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
                                  execution_timeout=config.execution_timeout)
-            finally:
-                if backstop is not None:
-                    backstop.close()
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 if stopped_by_budget(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
@@ -956,7 +965,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="wall-clock seconds for this call: runs stop at a step boundary before it ends, leave a "
                              "resumable state and count as unfinished (exit status 75); run again to continue. A run still "
-                             f"going {BACKSTOP_S:g} s after it is asked to stop at its next step")
+                             f"going {BACKSTOP_S:g} s after it has ended is asked to stop at its next step")
     parser.add_argument("--executor", choices=("local", "slurm"), default="local",
                         help="where runs execute: local processes (default) or one SLURM job array through submitit "
                              "(settings: the YAML's 'slurm:' mapping and --slurm; docs/cluster.md)")
@@ -1154,20 +1163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("a batch YAML is required (or --gather BATCH_DIR)")
-    if args.prepare_only:
-        try:
-            config = load_batch_config(args.config)
-            if not config.prepare:
-                print(f"rpm-batch: {config.path} has no prepare steps; nothing to do")
-            _run_prepare(config, args.dry_run, (lambda *_: None) if args.quiet else _printer())
-        except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:
-            print(f"rpm-batch: error: {exc}", file=sys.stderr)
-            return 2
-        return 0
     devices = args.cuda_devices.split(",") if args.cuda_devices else None
     if devices is not None and not all(d.strip() for d in devices):
         parser.error(f"--cuda-devices: an empty GPU id in {args.cuda_devices!r} (e.g. 0,1,2,3)")
     try:
+        if args.prepare_only:
+            config = load_batch_config(args.config)
+            if not config.prepare:
+                print(f"rpm-batch: {config.path} has no prepare steps; nothing to do")
+            _run_prepare(config, args.dry_run, (lambda *_: None) if args.quiet else _printer())
+            return 0
         results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
                             overrides=dict(args.overrides),
                             cuda_devices=[d.strip() for d in devices] if devices else None,

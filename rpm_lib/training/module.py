@@ -88,6 +88,7 @@ def _encoder_of(config: TrainConfig) -> nn.Module:
         raise ConfigError(f"config fields 'encoder' ({config.encoder}), 'image_size' ({config.image_size}) and "
                           f"'encoder_kwargs' ({config.encoder_kwargs}): {error}") from error
 
+
 def _batch_size(batch: dict[str, Any]) -> int:
     """Problems in a batch: its ``target``'s length, or its ``index``'s for a batch of a cached stage."""
     return int((batch["target"] if "target" in batch else batch["index"]).shape[0])
