@@ -11,7 +11,8 @@ if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     echo "device_env: no wheels in $WHEELS (run \`make device-wheels\` here and carry .device)" >&2
 else
     # A second call on a still-warm machine finds the same wheels installed (the stamp: their names, sizes and
-    # checksums, and this interpreter): the ~7 s of installing them again are skipped.
+    # checksums, and this interpreter): installing them again is skipped (slice 4's first ~7 s, by estimate, went to
+    # installing them and unpacking the state).
     stamp=$( (cd "$WHEELS" && cksum ./*.whl; "$PY" -V; cksum "$OLDPWD/pyproject.toml") 2>&1)
     if [[ -f "$SITE/.rpm-wheels" && "$(cat "$SITE/.rpm-wheels")" == "$stamp" ]]; then
         echo "device_env: the carried wheels are installed already (a warm machine)" >&2
