@@ -16,7 +16,8 @@ the honest aggregate; the sum of the per-run rates leaves each run's validation 
 
 ``--cuda-mps`` adds, for every count above one, a round of the same runs through a private CUDA Multi-Process Service
 daemon (``rpm_lib.cuda_mps``), whose server lets the processes' kernels run side by side instead of taking turns; the
-row says how many of its runs connected to the daemon (a run that finds none trains without it).
+row gives the client connections the daemon logged (0: no run found it, and they trained without it; on an H200 each
+SCL run made 4, for reasons not looked into).
 
 ``--baseline-code DIR`` first trains one run of an earlier version in the same call: DIR holds that version's
 ``rpm_lib`` and ``bench`` (``make device-wheels`` puts issue 20's reference, ce69914, in ``.device/baseline``), so a
@@ -190,7 +191,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
     columns = ["code", "runs at once", "loader workers per run", "RPMs/s per run", "aggregate RPMs/s", "vs 1 run"]
     columns += [f"vs {earlier}"] if earlier else []
     columns += ["common window: RPMs/s (s)", "vs 1 run, window", "GPU util %"]
-    columns += ["runs connected to MPS"] if with_mps else []
+    columns += ["MPS client connections"] if with_mps else []
     lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s. RPMs/s per run: its training "
              "steps, validation excluded; aggregate: their sum. This version's runs begin their measured training "
              "together; the common window is the time all of them were training, and its RPMs/s are the problems "
@@ -211,7 +212,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
                   f"{window / base_window:.2f}x" if window and base_window and mine else "",
                   "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"]
         if with_mps:
-            cells.append(f"{r['mps_clients']} of {r['runs']}" if "mps_clients" in r else "")
+            cells.append(str(r["mps_clients"]) if "mps_clients" in r else "")
         lines.append("| " + " | ".join(cells) + " |")
     failures = sorted({r["mps_server_failure"] for r in rows if r.get("mps_server_failure")})
     if failures:

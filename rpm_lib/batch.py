@@ -888,7 +888,7 @@ def _through_cuda_mps(enabled: bool, log: Callable[[str], None]) -> Iterator[Non
                 print(f"rpm-batch: warning: MPS: the daemon's server failed to start ({failure}): see the runs' "
                       "errors; run without --cuda-mps", file=sys.stderr)
             elif clients:
-                log(f"MPS: {clients} CUDA process(es) connected to the daemon")
+                log(f"MPS: the daemon logged {clients} client connection(s)")
             else:
                 print("rpm-batch: warning: MPS: no process connected to the daemon (no run used CUDA, or this "
                       "machine refuses MPS): the runs took turns on the GPU as without --cuda-mps",
