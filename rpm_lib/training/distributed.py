@@ -24,6 +24,19 @@ def distributed_world() -> tuple[int, int]:
     return 0, 1
 
 
+def release_process_group() -> None:
+    """Destroy this process's default process group, if one is initialised (a no-op otherwise).
+
+    Lightning destroys the group at exit only for NCCL. A gloo group left to the interpreter's finalisation can
+    abort the process after training has ended and its files are written ("terminate called without an active
+    exception", exit status -6): its worker threads are torn down after the interpreter that their work refers to.
+    :mod:`rpm_lib.training.run` registers this with :mod:`atexit`, so it runs in every rank while the interpreter is
+    still whole.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def gather_with_local_grad(tensor: torch.Tensor) -> torch.Tensor:
     """Concatenate ``tensor`` (N_r, ...) from every rank along dim 0, in rank order.
 

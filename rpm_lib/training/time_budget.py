@@ -152,10 +152,8 @@ class TimeBudgetStop(L.Callback):
             raise TimeBudgetReached(self.stage, None)  # the loops' counters are restored after on_fit_start
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Under DDP every rank takes rank 0's decision, here, where it was before 2026-11-28. With the decision in
-        # on_fit_start, 1 of ~20 CPU runs of tests/training/test_training_ddp.py aborted at exit ("terminate called
-        # without an active exception"); that test has since failed once with the decision here too, so the hook is
-        # not shown to be the cause, but DDP gains nothing from the earlier one (it never caches embeddings).
+        # Under DDP every rank takes rank 0's decision here, where rank 0 can broadcast it (DDP never caches
+        # embeddings, so it gains nothing from deciding in on_fit_start).
         if trainer.world_size > 1 and not self._stage_can_begin(trainer):
             raise TimeBudgetReached(self.stage, int(trainer.global_step))
 
