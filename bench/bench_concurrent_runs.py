@@ -12,7 +12,9 @@ This version's runs wait for each other before their measured training begins (a
 first step seconds apart, and a run training alone meanwhile would count its solo speed as shared), and record a
 timeline of the problems trained. The table's "common window" is the time all N were training, its RPMs/s the
 problems all of them trained in it over its length: validation inside it counts as time without training, so it is
-the honest aggregate; the sum of the per-run rates leaves each run's validation out while the others go on.
+the honest aggregate; the sum of the per-run rates leaves each run's validation out while the others go on. The GPU
+utilisation is given over that window (the runs' NVML samples pooled) and, in parentheses, over the runs' whole lives
+(start-up, validation and a later stage included).
 
 ``--cuda-mps`` adds, for every count above one, a round of the same runs through a private CUDA Multi-Process Service
 daemon (``rpm_lib.cuda_mps``), whose server lets the processes' kernels run side by side instead of taking turns; the
@@ -138,14 +140,17 @@ def _run_processes(count: int, args: argparse.Namespace, data: str, out: Path, c
     speeds = [r["numbers"]["rpms_per_s"] for r in runs if r["numbers"]]
     utils = [r["numbers"]["gpu_utilisation_mean_pct"] for r in runs
              if r["numbers"] and r["numbers"].get("gpu_utilisation_mean_pct") is not None]
-    window = common_window([r["numbers"].get("timeline") for r in runs if r["numbers"]]) \
-        if len(speeds) == count else None
+    timelines = [r["numbers"].get("timeline") for r in runs if r["numbers"]]
+    window = common_window(timelines) if len(speeds) == count else None
+    bounds = window_bounds(timelines) if window is not None else None
     return {"code": label, "runs": count, "loader_workers_per_run": workers if takes_workers else None,
             "wall_s": round(wall, 1),
             "rpms_per_s_per_run": speeds, "aggregate_rpms_per_s": round(sum(speeds), 1) if len(speeds) == count else None,
             "window_s": None if window is None else round(window[0], 1),
             "window_rpms_per_s": None if window is None else round(window[1], 1),
             "gpu_utilisation_mean_pct": round(sum(utils) / len(utils), 1) if utils else None,
+            "window_gpu_utilisation_pct": window_utilisation([r["numbers"].get("gpu_samples") for r in runs
+                                                              if r["numbers"]], bounds),
             "failed": [i for i, r in enumerate(runs) if r["numbers"] is None]}
 
 
@@ -161,18 +166,36 @@ def _trained_by(timeline: list[list[float]], moment: float) -> float:
     return float(previous[1])
 
 
-def common_window(timelines: list[list[list[float]] | None]) -> tuple[float, float] | None:
-    """(seconds, RPMs/s) of the runs together over the window in which all of them were training: from the last
-    start to the first end of their timelines (``[time.time(), RPMs so far]`` points), the problems all of them
-    trained in it over its length. Validation inside the window counts as time without training, so this is at most
-    the sum of the runs' own rates; None without a timeline for every run (an earlier version) or without overlap."""
+def window_bounds(timelines: list[list[list[float]] | None]) -> tuple[float, float] | None:
+    """(start, end), in ``time.time()`` seconds, of the window in which all runs were training: from the last start
+    to the first end of their timelines (``[time.time(), RPMs so far]`` points); None without a timeline for every
+    run (an earlier version) or without overlap."""
     if not timelines or any(not t or len(t) < 2 for t in timelines):
         return None
     start, end = max(t[0][0] for t in timelines), min(t[-1][0] for t in timelines)
-    if end - start <= 0:
+    return (start, end) if end > start else None
+
+
+def common_window(timelines: list[list[list[float]] | None]) -> tuple[float, float] | None:
+    """(seconds, RPMs/s) of the runs together over :func:`window_bounds`' window: the problems all of them trained
+    in it over its length. Validation inside the window counts as time without training, so this is at most the sum
+    of the runs' own rates; None where there is no window."""
+    bounds = window_bounds(timelines)
+    if bounds is None:
         return None
+    start, end = bounds
     trained = sum(_trained_by(t, end) - _trained_by(t, start) for t in timelines)
     return end - start, trained / (end - start)
+
+
+def window_utilisation(sample_lists: list[list[list[float]] | None],
+                       bounds: tuple[float, float] | None) -> float | None:
+    """Mean GPU utilisation (%) over the window, from every run's ``[time.time(), %]`` samples pooled (they all
+    sample the one GPU); None without a window or without a sample in it (CPU runs, an earlier version)."""
+    if bounds is None:
+        return None
+    inside = [u for samples in sample_lists if samples for t, u in samples if bounds[0] <= t <= bounds[1]]
+    return round(sum(inside) / len(inside), 1) if inside else None
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) -> str:
@@ -190,7 +213,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
     before = single(earlier) if earlier else None
     columns = ["code", "runs at once", "loader workers per run", "RPMs/s per run", "aggregate RPMs/s", "vs 1 run"]
     columns += [f"vs {earlier}"] if earlier else []
-    columns += ["common window: RPMs/s (s)", "vs 1 run, window", "GPU util %"]
+    columns += ["common window: RPMs/s (s)", "vs 1 run, window", "GPU util %: window (whole lives)"]
     columns += ["MPS client connections"] if with_mps else []
     lines = [f"SCL {args.setup}, {device}, each run trains for {args.train_budget:g} s. RPMs/s per run: its training "
              "steps, validation excluded; aggregate: their sum. This version's runs begin their measured training "
@@ -210,7 +233,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
             cells.append(f"{agg / before:.2f}x" if agg and before else "")
         cells += ["" if window is None else f"{window:,.0f} ({r['window_s']:g})",
                   f"{window / base_window:.2f}x" if window and base_window and mine else "",
-                  "" if r["gpu_utilisation_mean_pct"] is None else f"{r['gpu_utilisation_mean_pct']:.0f}"]
+                  _utilisation_cell(r.get("window_gpu_utilisation_pct"), r["gpu_utilisation_mean_pct"])]
         if with_mps:
             cells.append(str(r["mps_clients"]) if "mps_clients" in r else "")
         lines.append("| " + " | ".join(cells) + " |")
@@ -218,6 +241,13 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) ->
     if failures:
         lines += ["", *(f"MPS server: {line}" for line in failures)]
     return "\n".join(lines)
+
+
+def _utilisation_cell(window: float | None, whole: float | None) -> str:
+    """``"88 (87)"``: the GPU busy over the common window, then over the runs' whole lives (either may be blank)."""
+    if whole is None:
+        return "" if window is None else f"{window:.0f}"
+    return f"({whole:.0f})" if window is None else f"{window:.0f} ({whole:.0f})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -348,16 +348,31 @@ def _wait_at_barrier(folder: Path, count: int) -> float:
     return time.monotonic() - began
 
 
-def _gpu_sampler(samples: list[int], stop: threading.Event) -> None:
+def _gpu_sampler(samples: list[tuple[float, int]], stop: threading.Event) -> None:
+    """Append (``time.time()``, GPU utilisation %) every 0.5 s until ``stop`` is set."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         while not stop.wait(0.5):
-            samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+            samples.append((time.time(), int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)))
     except Exception:
         return
+
+
+def utilisation_between(samples: list[tuple[float, int]] | list[list[float]], start: float | None,
+                        end: float | None) -> float | None:
+    """Mean GPU utilisation (%) of the ``(time.time(), %)`` samples taken from ``start`` to ``end``; None without
+    a span or without a sample in it (a CPU run, or a span shorter than the 0.5 s sampling period)."""
+    if start is None or end is None:
+        return None
+    inside = [u for t, u in samples if start <= t <= end]
+    return round(sum(inside) / len(inside), 1) if inside else None
+
+
+def _span(timeline: list[tuple[float, int]] | None) -> tuple[float | None, float | None]:
+    return (timeline[0][0], timeline[-1][0]) if timeline and len(timeline) > 1 else (None, None)
 
 
 def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | None = None,
@@ -383,7 +398,7 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
                          run_dir=str(out / f"train_{setup}"), overwrite=True, save_predictions=False,
                          **({"max_val_samples": 64, "max_test_samples": 64} if dry_run else {}))
     meter = _Meter(budgets, cuda, s["sample_every"], "pretrain" if setup == "mlcl_aug" else "supervised", barrier)
-    samples: list[int] = []
+    samples: list[tuple[float, int]] = []
     stop = threading.Event()
     sampler = threading.Thread(target=_gpu_sampler, args=(samples, stop), daemon=True)
     if cuda:
@@ -400,7 +415,9 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
         "rpms_per_s": round(rpms_per_s, 1), "views_per_rpm": meter.views.get(first, 1),
         "data_wait_fraction": round(meter.wait_s / timed, 3) if timed else None,
         "validation_s_per_epoch": round(meter.val_s.get(first, 0.0) / max(meter.val_runs.get(first, 0), 1), 2),
-        "gpu_utilisation_mean_pct": round(sum(samples) / len(samples), 1) if samples else None,
+        "gpu_utilisation_mean_pct": round(sum(u for _, u in samples) / len(samples), 1) if samples else None,
+        # the first stage's training, its validations included: the window issue 20's "busy while training" means
+        "gpu_utilisation_training_pct": utilisation_between(samples, *_span(meter.timeline)),
         "test_accuracy": round(metrics["test_accuracy"], 4),
         "test_accuracy_per_configuration": {k: round(v, 4) for k, v in
                                             metrics.get("test_accuracy_per_configuration_short", {}).items()},
@@ -408,6 +425,7 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
     if barrier is not None:  # for bench_concurrent_runs.py's common window (not for this check's own report)
         numbers["timeline"] = [[round(t, 3), n] for t, n in meter.timeline or []]
         numbers["barrier_waited_s"] = meter.barrier_waited_s
+        numbers["gpu_samples"] = [[round(t, 2), u] for t, u in samples]
     if setup == "mlcl_aug" and rpms_per_s > 0:
         # 100 epochs of pre-training on 42,000 problems, each followed by one validation pass like those measured
         epoch_s = 42000 / rpms_per_s + numbers["validation_s_per_epoch"]

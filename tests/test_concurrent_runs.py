@@ -54,6 +54,19 @@ def test_the_common_window_counts_only_the_time_all_runs_trained() -> None:
     assert window([[[0, 0], [1, 10]], None]) is None and window([]) is None
 
 
+def test_the_gpu_utilisation_of_the_window_pools_every_runs_samples_inside_it() -> None:
+    bench = _bench_module()
+    timelines = [[[0, 0], [10, 100]], [[2, 0], [12, 50]]]  # together from 2 to 10
+    bounds = bench.window_bounds(timelines)
+    assert bounds == (2, 10)
+    # start-up (t=1) and the end (t=11) stay out; both runs' samples inside count
+    samples = [[[1, 0], [3, 80], [9, 90], [11, 0]], [[4, 100], [12, 0]]]
+    assert bench.window_utilisation(samples, bounds) == 90.0
+    assert bench.window_utilisation([None, []], bounds) is None and bench.window_utilisation(samples, None) is None
+    assert bench._utilisation_cell(90.0, 61.0) == "90 (61)" and bench._utilisation_cell(None, 49.0) == "(49)"
+    assert bench._utilisation_cell(None, None) == ""
+
+
 def test_bad_arguments_are_a_usage_error(tmp_path: Path) -> None:
     for args in (["--runs", "0", "--cpu-dry-run"], ["--runs", "1,,x", "--cpu-dry-run"], [],
                  ["--data", str(tmp_path / "missing")]):

@@ -34,3 +34,16 @@ def test_cpu_dry_run_passes_every_part_and_writes_the_report(tmp_path: Path) -> 
                                                              "O-IG"}
     assert len(results["batch"]["numbers"]["runs_finished"]) == 2
     assert "| train_mlcl_aug | pass |" in (out / "device_report.md").read_text()
+
+
+def test_the_utilisation_while_training_leaves_start_up_and_later_stages_out() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_check", REPO / "bench" / "device_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    samples = [(0.5, 0), (1.0, 0), (2.0, 80), (3.0, 100), (4.5, 10)]
+    # the first stage trained from t=1.5 to t=3.5 (its timeline: (time, RPMs so far) points)
+    assert check.utilisation_between(samples, *check._span([(1.5, 0), (2.5, 64), (3.5, 128)])) == 90.0
+    assert check.utilisation_between(samples, *check._span([(1.5, 0)])) is None  # no span: no step recorded
+    assert check.utilisation_between([], 1.5, 3.5) is None  # a CPU run samples nothing
