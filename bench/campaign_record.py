@@ -234,17 +234,23 @@ def aggregate_rate(before: list[dict], after: list[dict], seconds: float) -> flo
     return round(trained / seconds, 1) if seconds > 0 else None
 
 
-def _run_cell(run: dict, trained_now: bool) -> str:
+def _run_cell(run: dict, trained_now: bool, slice_started: float | None = None) -> str:
     setup = run["run"].split("setup-")[-1].split("__")[0]
     epochs = "+".join(str(n) for n in run["epochs"].values()) or "0"
     accuracy = "" if run["best_val_accuracy"] is None else f", val {100 * run['best_val_accuracy']:.1f}"
     done = " ✓" if run["status"] == "finished" else ""
     # data_check=problems let the run go on with pixels another OpenCV drew (rpm_lib.data.opencv_version)
     pixels = ", other pixels" if run.get("data_changes") else ""
-    # the seconds its training call took to its first step, for a run that trained in this slice
+    # for a run that trained in this slice: when its training call began after the slice's start, how long its
+    # process (a notebook's kernel) had run by then, and the seconds from that call to its first step
+    began = ""
+    if trained_now and slice_started is not None and run.get("called_at") is not None:
+        began = f", train() at {run['called_at'] - slice_started:.0f} s"
+        if run.get("process_s") is not None:
+            began += f" (its process {run['process_s']:.0f} s old)"
     first = (f", 1st step {run['first_step_s']:.0f} s" if trained_now and run.get("first_step_s") is not None
              else "")
-    return f"{setup} {epochs} ep{accuracy}{done}{pixels}{first}"
+    return f"{setup} {epochs} ep{accuracy}{done}{pixels}{began}{first}"
 
 
 def slices_markdown(entries: list[dict]) -> str:
@@ -253,7 +259,8 @@ def slices_markdown(entries: list[dict]) -> str:
              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     slices_before: dict[str, int] = {}
     for e in entries:
-        runs = "; ".join(_run_cell(run, run.get("slices", 0) > slices_before.get(run["run"], 0)) for run in e["runs"])
+        runs = "; ".join(_run_cell(run, run.get("slices", 0) > slices_before.get(run["run"], 0), e.get("started"))
+                         for run in e["runs"])
         slices_before = {run["run"]: run.get("slices", 0) for run in e["runs"]}
         util = "" if e.get("gpu_utilisation_percent") is None else f"{e['gpu_utilisation_percent']:.0f}"
         rate = "" if e.get("rpms_per_second") is None else f"{e['rpms_per_second']:,.0f}"

@@ -93,6 +93,9 @@ class RunProgress:
         first_step_s: seconds from the start of the last slice's training call until its first training step had
             ended (the call's start-up: data check, checkpoint, loaders, CUDA, that first step), or None when that
             slice trained no step or was recorded before this was.
+        called_at: when the last slice's training call began (``time.time()`` seconds), or None when not recorded.
+        process_s: how long the process making that call had been running by then (for a notebook run: its
+            kernel's start and imports), or None when not recorded or not known (only Linux says).
     """
 
     run: str
@@ -108,6 +111,8 @@ class RunProgress:
     rpms: int = 0
     data_changes: int = 0
     first_step_s: float | None = None
+    called_at: float | None = None
+    process_s: float | None = None
 
 
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
@@ -187,16 +192,22 @@ def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[
     steps = sum(int(s.get("global_step") or 0) for s in summaries)
     batch = _batch_size(run_dir)
     rpms = sum(int(s.get("global_step") or 0) * int(s.get("batch_size") or batch) for s in summaries)
-    first_step = slices[-1].get("first_step_s") if slices else None
-    if isinstance(first_step, bool) or not isinstance(first_step, (int, float)):
-        first_step = None  # a hand-edited or older record: no start-up figure, not a wrong one
+    last = slices[-1] if slices else {}
+    # a hand-edited or older record: no start-up figure, not a wrong one
+    first_step, called_at, process_s = (_seconds(last.get(key)) for key in ("first_step_s", "called_at", "process_s"))
     return RunProgress(
         run=name, status=status, stage=stage, epochs=epochs,
         val_accuracy=accuracies[-1] if accuracies else None,
         best_val_accuracy=max(accuracies) if accuracies else None,
         test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
         seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms,
-        data_changes=len(progress.get("data_changes") or []), first_step_s=first_step)
+        data_changes=len(progress.get("data_changes") or []), first_step_s=first_step, called_at=called_at,
+        process_s=process_s)
+
+
+def _seconds(value: Any) -> float | None:
+    """``value`` when it is a number of seconds (not a bool), else None."""
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
 
 
 def _batch_size(run_dir: Path) -> int:

@@ -298,6 +298,11 @@ def test_a_slice_row_gives_the_seconds_after_the_batch_and_each_run_s_first_step
     assert rows[2].split("|")[-2].strip() == "ce 3 ep, 1st step 31 s; mlcl 3 ep, 1st step 29 s"
     # in slice 2 only mlcl trained: ce's start-up is slice 1's and is not repeated
     assert rows[3].split("|")[-2].strip() == "ce 3 ep; mlcl 3 ep, 1st step 12 s"
+    # from a slice that recorded its start and the runs' training calls: when each call began, and its process's age
+    entries[1]["started"] = 1000
+    entries[1]["runs"][1].update(called_at=1027.4, process_s=14.2)
+    rows = record.slices_markdown(entries).splitlines()
+    assert rows[3].split("|")[-2].strip() == "ce 3 ep; mlcl 3 ep, train() at 27 s (its process 14 s old), 1st step 12 s"
 
 
 def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path: Path) -> None:

@@ -147,9 +147,10 @@ def test_progress_names_runs_that_went_on_with_other_pixels(tmp_path: Path, caps
 
 def test_progress_gives_the_last_slice_s_seconds_to_the_first_step_in_its_json_out_file(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    records = {"a": [{"ended_in": "supervised", "first_step_s": 40.0}, {"ended_in": "supervised", "first_step_s": 12.5}],
+    records = {"a": [{"ended_in": "supervised", "first_step_s": 40.0},
+                     {"ended_in": "supervised", "first_step_s": 12.5, "called_at": 1795845371.2, "process_s": 14.5}],
                "b": [{"ended_in": "supervised", "first_step_s": 9.0}, {"ended_in": "supervised"}],  # trained no step
-               "c": [{"ended_in": "supervised", "first_step_s": "soon"}]}  # hand-edited: no figure, no traceback
+               "c": [{"ended_in": "supervised", "first_step_s": "soon", "process_s": True}]}  # hand-edited: no figure
     for name, slices in records.items():
         run = tmp_path / "batch" / name
         run.mkdir(parents=True)
@@ -158,7 +159,10 @@ def test_progress_gives_the_last_slice_s_seconds_to_the_first_step_in_its_json_o
     out = tmp_path / "reports" / "progress.json"
     assert batch.main(["progress", str(tmp_path / "batch"), "--json-out", str(out)]) == 0
     assert capsys.readouterr().out.startswith("| run | status |")  # the table, as without --json-out
-    assert [run["first_step_s"] for run in json.loads(out.read_text())] == [12.5, None, None]
+    reported = json.loads(out.read_text())
+    assert [run["first_step_s"] for run in reported] == [12.5, None, None]
+    assert [(run["called_at"], run["process_s"]) for run in reported] == [(1795845371.2, 14.5), (None, None),
+                                                                          (None, None)]
     assert batch.main(["progress", str(tmp_path / "batch"), "--json-out", " "]) == 2
     assert "--json-out: empty path" in capsys.readouterr().err
 

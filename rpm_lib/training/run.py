@@ -90,6 +90,17 @@ RESUMABLE_CHANGES: frozenset[str] = frozenset({
 })
 
 
+def process_age_s() -> float | None:
+    """Seconds this process has been running (from ``/proc``; None where there is none, as on macOS)."""
+    try:
+        # field 22 of /proc/self/stat, the start in clock ticks after boot; the name in field 2 may hold spaces
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return round(max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK")), 3)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def as_config(config: TrainConfig | Mapping[str, Any] | str | Path) -> TrainConfig:
     """A TrainConfig from itself, a dict of fields, or a YAML path."""
     if isinstance(config, TrainConfig):
@@ -121,6 +132,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         ConfigError: invalid config, missing data, or a run folder that holds another run
             (use ``resume=true`` or ``overwrite=true``).
     """
+    # where a slice's start-up goes: when this call began, and how long its process (a notebook kernel) had run
+    call = {"called_at": round(time.time(), 3), "process_s": process_age_s()}
     config = as_config(config)
     deadline = Deadline(config.time_budget, stop_file=Path(config.run_dir) / STOP_FILE)
     # Fail before touching the run folder.
@@ -162,7 +175,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(
                 run_dir / "config.yaml")
         stages: dict[str, Any] = dict(progress.get("stages", {}))
-        record = ProgressRecord(run_dir, progress, rank == 0, config.data_check)
+        record = ProgressRecord(run_dir, progress, rank == 0, config.data_check, call)
         trainer: L.Trainer | None = None
         datamodule: RpmDataModule | None = None
         for index, full_plan in enumerate(plans):
@@ -252,19 +265,24 @@ class ProgressRecord:
          "data_opencv": {"rendered": "5.0.0", "resized": "5.0.0"},
          "data_changes": [...],                        # pixel changes accepted with data_check=problems
          "slices": [{"seconds": s, "ended_in": stage | "evaluation" | "end", "global_step": n,
+                     "called_at": t, "process_s": s,  # when the call began (time.time()); its process's age then
                      "first_step_s": s}, ...]}       # first_step_s: only for a call that trained a step
 
     Args:
         run_dir: the run folder.
         progress: the file's content when resuming (``{}`` for a new run).
         writer: whether this process writes files (rank 0).
+        data_check: ``exact`` or ``problems`` (:class:`TrainConfig`'s field).
+        call: ``called_at`` and ``process_s`` of this training call, recorded in each of its slices.
     """
 
-    def __init__(self, run_dir: Path, progress: dict[str, Any], writer: bool, data_check: str = "exact") -> None:
+    def __init__(self, run_dir: Path, progress: dict[str, Any], writer: bool, data_check: str = "exact",
+                 call: dict[str, float | None] | None = None) -> None:
         self.run_dir = run_dir
         self.progress = progress
         self.writer = writer
         self.data_check = data_check
+        self.call = {k: v for k, v in (call or {}).items() if v is not None}  # called_at, process_s
         self._fingerprint: str | None = None  # computed once per process: every stage's data module asks
 
     @property
@@ -354,7 +372,8 @@ class ProgressRecord:
 
     def _slice(self, ended_in: str, stages: dict[str, Any], began: float, first_step_s: float | None) -> None:
         steps = {name: summary.get("global_step") for name, summary in stages.items()}
-        entry = {"seconds": round(time.perf_counter() - began, 3), "ended_in": ended_in, "global_step": steps}
+        entry = {"seconds": round(time.perf_counter() - began, 3), "ended_in": ended_in, "global_step": steps,
+                 **self.call}
         if first_step_s is not None:
             # what this call spent before training (data check, checkpoint, loaders, CUDA), its first step included
             entry["first_step_s"] = first_step_s

@@ -511,6 +511,9 @@ def test_a_call_that_trains_no_step_says_so(tmp_path: Path, fake_clock: Callable
     slices = json.loads((tmp_path / "run" / "progress.json").read_text())["slices"]
     assert ["first_step_s" in entry for entry in slices] == [False, False, True, False], slices
     assert 0 < slices[2]["first_step_s"] < 12.0
+    # every call records when it began and how long its process had run by then (one process made all four)
+    assert [entry["called_at"] for entry in slices] == sorted(entry["called_at"] for entry in slices)
+    assert all(0 < slices[0]["process_s"] <= entry["process_s"] for entry in slices), slices
 
 
 def test_a_folder_in_the_place_of_the_stop_request_is_one_line(tiny_config: Callable[..., TrainConfig]) -> None:
