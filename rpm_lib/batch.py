@@ -716,7 +716,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         time_budget: wall-clock seconds for the whole call, preparation included (see the module docstring);
             needs a template with a ``time_budget`` parameter (``03_train``).
         workers_per_run: DataLoader workers of each run (the template's ``num_workers``), or ``"auto"``: the
-            machine's cores shared among the ``jobs`` runs at once, one core each kept for the training process.
+            machine's cores shared among the runs at once (``jobs``, or fewer when fewer runs are left to train),
+            one core each kept for the training process.
         executor: ``local`` (processes here) or ``slurm`` (one job array, ``rpm_lib.slurm``; the ``prepare``
             steps still run here first).
         slurm: ``--slurm KEY=VALUE`` settings over the YAML's ``slurm:`` mapping.
@@ -749,20 +750,18 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     log = (lambda *_: None) if quiet else _printer()
     config = load_batch_config(config_path)
     out_dir = Path(out) if out is not None else config.out
+    plan = _plan(config, out_dir, expand_grid(config, grids, overrides))
     if workers_per_run is not None:
         if workers_per_run == "auto":
-            workers_per_run = max(0, (os.cpu_count() or 1) // jobs - 1)
+            # the runs that train at once: a grid resumed with fewer runs left than --jobs gives each more workers
+            at_once = max(1, min(jobs, sum(not finished for _, _, finished in plan)))
+            workers_per_run = max(0, (os.cpu_count() or 1) // at_once - 1)
         overrides = {**(overrides or {}), "num_workers": int(workers_per_run)}
-    specs = expand_grid(config, grids, overrides)
+        plan = _plan(config, out_dir, expand_grid(config, grids, overrides))
+    specs = [spec for spec, _, _ in plan]
     check_parameters(config, specs)
     if deadline is not None and "time_budget" not in notebook_parameters(config.template):
         raise _fail(config.path, f"--time-budget: the template {config.template} has no 'time_budget' parameter")
-    plan = []
-    for spec in specs:
-        run_dir = run_dir_of(out_dir, spec)
-        finished = (run_dir / FINISHED_MARKER).is_file() and not any(
-            _notebook_failed(run_dir / nb.name) for nb in config.then)
-        plan.append((spec, run_dir, finished))
     todo = [(s, d) for s, d, f in plan if not f]
     log(f"rpm-batch {config.path}: {len(specs)} runs ({len(specs) - len(todo)} already finished), "
         f"{jobs} at a time, into {out_dir}")
@@ -818,6 +817,18 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     log("")
     log(paths["table1_md"].read_text())
     return results
+
+
+def _plan(config: BatchConfig, out_dir: Path, specs: list[RunSpec]) -> list[tuple[RunSpec, Path, bool]]:
+    """(spec, run folder, finished) of each run: finished when its training wrote ``metrics.json`` and no ``then``
+    notebook failed."""
+    plan = []
+    for spec in specs:
+        run_dir = run_dir_of(out_dir, spec)
+        finished = (run_dir / FINISHED_MARKER).is_file() and not any(
+            _notebook_failed(run_dir / nb.name) for nb in config.then)
+        plan.append((spec, run_dir, finished))
+    return plan
 
 
 def _run_locally(todo: Sequence[tuple[RunSpec, Path]], config: BatchConfig, out_dir: Path, jobs: int,
@@ -989,7 +1000,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "Whether it pays: bench/bench_concurrent_runs.py --cuda-mps")
     parser.add_argument("--workers-per-run", type=_workers, metavar="N|auto",
                         help="DataLoader workers of each run (its num_workers); auto: the cores shared among the runs "
-                             "executed at once (--jobs), one kept for each run's training process")
+                             "executed at once (--jobs, or the runs left to train when fewer), one kept for each "
+                             "run's training process")
     return parser
 
 

@@ -569,3 +569,22 @@ axes: {{seed: [0]}}
     bare = _write_config(tmp_path / "n.yaml", f"template: {train}\naxes: {{seed: [0]}}\n")
     assert batch.main([str(bare), "--prepare-only"]) == 0
     assert "has no prepare steps; nothing to do" in capsys.readouterr().out
+
+
+def test_auto_loader_workers_share_the_cores_among_the_runs_left_to_train(tmp_path, monkeypatch):
+    # the Table 1 campaign resumed with two of its three runs at once left: each gets 7 workers of 16 cores, not 4
+    repo = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(repo)  # the YAML names its template relative to the repository
+    monkeypatch.setattr(batch.os, "cpu_count", lambda: 16)
+    out = tmp_path / "runs"
+
+    def planned_workers() -> list[int]:
+        results = batch.run_batch(repo / "configs" / "table1_scl_tiny.yaml", out=out, dry_run=True, quiet=True,
+                                  prepare=False, jobs=3, workers_per_run="auto")
+        return [r.spec.parameters["num_workers"] for r in results if r.status == "planned"]
+
+    assert planned_workers() == [4] * 5  # 16 // 3 - 1
+    for name in ("setup-ce__seed-0", "setup-ce_aux_dense__seed-0", "setup-ce_aux_sparse__seed-0"):
+        (out / "main" / name).mkdir(parents=True)
+        (out / "main" / name / batch.FINISHED_MARKER).write_text("{}")
+    assert planned_workers() == [7, 7]  # 16 // 2 - 1
