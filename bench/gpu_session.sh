@@ -13,13 +13,14 @@
 # holds the reference version (`make device-wheels`: ce69914), one run of it trains first, for the ratios against it.
 # A setup starts only when its rounds fit, ~(budget + 40) s each: with the reference, 3 rounds, ~4.3 min a setup
 # (SESSION_CAMPAIGN_SECONDS=300 leaves time for the first); without it 2 rounds (300 leaves time for both).
-# SESSION_CUDA_MPS=1 adds, per setup, two runs at once through a private CUDA MPS daemon (one more round; rpm_lib.cuda_mps),
+# SESSION_CUDA_MPS=1 adds, per setup, a round through a private CUDA MPS daemon for each count above one (rpm_lib.cuda_mps),
 # where NVIDIA's control program is, and left out for a setup where it would not leave the later setups their rounds.
 # SESSION_CONCURRENCY_RUNS (default 1,2): the counts of runs at once compared, one round each.
 # SESSION_CAMPAIGN_SECONDS=0 runs no slice; on a fresh machine it makes the campaign's data first (the YAML's prepare
 # steps, ~30 s). The whole throughput comparison in one call, both setups, three at once as the campaign trains:
 #   SESSION_CAMPAIGN_SECONDS=0 SESSION_SECOND=concurrency SESSION_CUDA_MPS=1 SESSION_CONCURRENCY_BUDGET=30 \
 #   SESSION_CONCURRENCY_RUNS=1,3
+# (ran on 2026-11-28, one H200, 523 s: docs/reproduction-gpu.md, "Three runs at once, with and without MPS").
 #
 # $OUT gets at most 8 files back: the campaign's state (1-3 parts), slice.tar.gz (progress.md/json, table1.md,
 # slice.json, gpu_util.csv), and extras.tar.gz (campaign.log, nvidia-smi.txt and the second part's files:
