@@ -80,7 +80,8 @@ fi
 # CAMPAIGN_CUDA_MPS=1 (the default on the GPU; 0 turns it off): the runs share the GPU through a private CUDA MPS daemon
 # (rpm-batch --cuda-mps), so that their kernels run side by side. Three SCL runs at once trained 1.51x (CE+AUX-sparse)
 # and 1.42x (MLCL+AUG) the problems per second with it as without, side by side on one H200 (docs/reproduction-gpu.md).
-# Only where NVIDIA's control program is: rpm-batch refuses --cuda-mps without it, which would fail the slice.
+# Only where NVIDIA's control program is: rpm-batch refuses --cuda-mps without it, which would fail the slice. Where
+# the daemon will not start or its server fails, the slice goes on without MPS for the time left (below).
 MPS=()
 [[ ${CAMPAIGN_CUDA_MPS:-$(( DRY ? 0 : 1 ))} == 1 ]] && { "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null \
     && MPS=(--cuda-mps) || echo "gpu_campaign: the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine"; }
@@ -123,8 +124,27 @@ for number in "${!BUDGETS[@]}"; do
         status=75
     else
         echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
-        rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget"
+        # rpm-batch's errors and warnings are kept (and shown after it ends) to see whether MPS failed
+        errors=$(mktemp /tmp/gpu-campaign-errors.XXXXXX)
+        rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget" \
+            2>"$errors"
         status=$?
+        cat "$errors" >&2
+        # MPS asked for and not working (the daemon refused to start: rpm-batch stops with status 2 before any run;
+        # or its server failed, and the runs with it): the time left goes to the runs taking turns, rather than a
+        # slice that trains nothing
+        if (( ${#MPS[@]} )) && { { (( status == 2 )) && grep -q "mps-control\|MPS" "$errors"; } \
+                || grep -q "MPS: the daemon's server failed to start" "$errors"; }; then
+            MPS=()
+            budget=$(( BUDGETS[number] - ($(date +%s) - STARTED) - RESERVE ))
+            (( DRY )) && budget=${BUDGETS[$number]}
+            echo "gpu_campaign: MPS did not work (above); the runs take turns on the GPU for the ${budget} s left"
+            if (( budget >= 1 )); then
+                rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" --workers-per-run auto --time-budget "$budget"
+                status=$?
+            fi
+        fi
+        rm -f "$errors"
     fi
     mark batch_ended
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"

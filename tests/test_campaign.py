@@ -428,3 +428,22 @@ def test_the_two_calls_of_one_session_are_recorded_in_the_order_they_began(tmp_p
     entries = [json.loads(line) for line in (results / "slices.jsonl").read_text().splitlines()]
     assert [(e["slice"], e["started"]) for e in entries] == [(1, 2000), (2, 2600)]
     assert (results / "state.tar.gz").read_bytes() == (calls["second"] / "state.tar.gz").read_bytes()
+
+
+def test_a_slice_whose_mps_daemon_will_not_start_trains_with_the_runs_taking_turns(tmp_path: Path) -> None:
+    # MPS is the campaign's default on a GPU: a control program that refuses to start its daemon cost the whole slice
+    # (rpm-batch stops with one line, status 2, before any run); now the time left goes to the runs without MPS
+    driver = tmp_path / "driver-bin"
+    driver.mkdir()
+    control = driver / "nvidia-cuda-mps-control"
+    control.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2\nexit 1\n")
+    control.chmod(0o755)
+    env = {**os.environ, "CAMPAIGN_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"),
+           "CAMPAIGN_BUDGETS": "400", "CAMPAIGN_CUDA_MPS": "1", "PATH": f"{driver}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    assert "-d exited with status 1: An instance of this daemon is already running" in log, log[-3000:]
+    assert "gpu_campaign: MPS did not work (above); the runs take turns on the GPU for the 400 s left" in log, log[-3000:]
+    assert "gpu_campaign: slice 0 ended with status 0" in log and "Traceback" not in log, log[-3000:]
