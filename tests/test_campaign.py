@@ -16,14 +16,20 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _dry_campaign(work: Path, out: Path, timeout: float, **settings: str) -> tuple[int, str]:
+    """``bash bench/gpu_campaign.sh --cpu-dry-run`` in ``work`` with its state returned into ``out`` and the
+    environment ``settings`` (``CAMPAIGN_BUDGETS``, ``PATH``, ...); its exit status and its stdout + stderr."""
+    env = {**os.environ, "CAMPAIGN_WORK": str(work), "OUT": str(out), **settings}
+    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    return done.returncode, done.stdout + done.stderr
+
+
 def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_the_end(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # Parts of 20 kB: the packed state comes back in pieces as a large one does from a device call.
-    env = {**os.environ, "CAMPAIGN_WORK": str(tmp_path / "work"), "OUT": str(out), "CAMPAIGN_PART_BYTES": "20000"}
-    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-3000:]
+    status, log = _dry_campaign(tmp_path / "work", out, 900, CAMPAIGN_PART_BYTES="20000")
+    assert status == 0, log[-3000:]
     # Slice 0 (2.5 times a run's start-up measured on this machine, at least 12 s) starts runs but cannot finish
     # five epochs of every setup; slice 1 resumes from the packed state alone.
     assert "gpu_campaign: slice 0 ended with status 75" in log, log[-3000:]
@@ -88,12 +94,8 @@ def test_a_slice_whose_budget_ends_before_any_run_begins_is_not_a_failure(tmp_pa
     # found on a loaded machine: start-up took the whole budget, and `rpm-batch pack` of no run folder failed the slice
     # CAMPAIGN_CUDA_MPS=1 on a machine without NVIDIA's MPS control program: a note, and the slice goes on without
     # (rpm-batch --cuda-mps would have refused, failing the slice)
-    env = {**os.environ, "CAMPAIGN_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"), "CAMPAIGN_BUDGETS": "1",
-           "CAMPAIGN_CUDA_MPS": "1"}
-    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-3000:]
+    status, log = _dry_campaign(tmp_path / "work", tmp_path / "out", 300, CAMPAIGN_BUDGETS="1", CAMPAIGN_CUDA_MPS="1")
+    assert status == 0, log[-3000:]
     assert "gpu_campaign: no run has begun yet; nothing to pack" in log, log[-3000:]
     if not _mps_control_here():
         assert "the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine" in log, log[-3000:]
@@ -109,11 +111,8 @@ def test_a_slice_left_no_time_after_its_reserve_says_so_and_returns_the_state_as
 
     state = work / "results" / "table1_scl_gpu" / "state.tar.gz"
     run_archive.pack(work / "runs" / "table1_scl_tiny", state)
-    env = {**os.environ, "CAMPAIGN_WORK": str(work), "OUT": str(tmp_path / "out"), "CAMPAIGN_BUDGETS": "0"}
-    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0 and "Traceback" not in log and "rpm-batch: error" not in log, log[-3000:]
+    status, log = _dry_campaign(work, tmp_path / "out", 300, CAMPAIGN_BUDGETS="0")
+    assert status == 0 and "Traceback" not in log and "rpm-batch: error" not in log, log[-3000:]
     assert "gpu_campaign: slice 0: no time left for training" in log, log[-3000:]
     returned = tmp_path / "returned"
     run_archive.unpack(tmp_path / "out" / "state.tar.gz", returned)
@@ -157,11 +156,8 @@ def test_a_second_slice_on_a_warm_machine_goes_on_from_the_runs_there_not_the_ol
     run_archive.pack(work / "runs" / "table1_scl_tiny", state)
     _stopped_run(runs / "ahead", epochs=3, steps=12)  # the first call went on with this one
     (runs / "behind" / "history.csv").write_text("stage,epoch\n")  # and this one lost its epoch here
-    env = {**os.environ, "CAMPAIGN_WORK": str(work), "OUT": str(tmp_path / "out"), "CAMPAIGN_BUDGETS": "1"}
-    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0 and "Traceback" not in log, log[-3000:]
+    status, log = _dry_campaign(work, tmp_path / "out", 300, CAMPAIGN_BUDGETS="1")
+    assert status == 0 and "Traceback" not in log, log[-3000:]
     assert "note: runs/table1_scl_tiny/main/ahead: the run here had gone further (unfinished, 12 steps, 3 epochs) than the archive's " \
            "(unfinished, 4 steps, 1 epochs); kept (--keep-further)" in log, log[-3000:]
     returned = tmp_path / "returned"
@@ -438,12 +434,9 @@ def test_a_slice_whose_mps_daemon_will_not_start_trains_with_the_runs_taking_tur
     control = driver / "nvidia-cuda-mps-control"
     control.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2\nexit 1\n")
     control.chmod(0o755)
-    env = {**os.environ, "CAMPAIGN_WORK": str(tmp_path / "work"), "OUT": str(tmp_path / "out"),
-           "CAMPAIGN_BUDGETS": "400", "CAMPAIGN_CUDA_MPS": "1", "PATH": f"{driver}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-3000:]
+    status, log = _dry_campaign(tmp_path / "work", tmp_path / "out", 600, CAMPAIGN_BUDGETS="400", CAMPAIGN_CUDA_MPS="1",
+                                PATH=f"{driver}{os.pathsep}{os.environ['PATH']}")
+    assert status == 0, log[-3000:]
     assert "-d exited with status 1: An instance of this daemon is already running" in log, log[-3000:]
     assert "gpu_campaign: MPS did not work (above); the runs take turns on the GPU for the 400 s left" in log, log[-3000:]
     assert "gpu_campaign: slice 0 ended with status 0" in log and "Traceback" not in log, log[-3000:]
