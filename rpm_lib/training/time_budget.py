@@ -145,20 +145,11 @@ class TimeBudgetStop(L.Callback):
     # -- measurements ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # A stage starts only with time for its first steps: a twentieth of the budget, at least 2 s. Decided here,
-        # inside the Trainer, and before the module's own on_fit_start (Lightning calls the callbacks' first), whose
-        # start-up work (re-estimating BatchNorm statistics, embedding a linear stage's problems) a stage without
-        # time for a step would throw away.
-        if trainer.world_size == 1 and not self._stage_can_begin(trainer):
+        # inside the Trainer, so that under DDP every rank takes rank 0's decision, and before the module's own
+        # on_fit_start (Lightning calls the callbacks' first), whose start-up work (re-estimating BatchNorm
+        # statistics, embedding a linear stage's problems) a stage without time for a step would throw away.
+        if self.deadline.active and not self._allows(trainer, stage_start_seconds(self.deadline)):
             raise TimeBudgetReached(self.stage, None)  # the loops' counters are restored after on_fit_start
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Under DDP every rank takes rank 0's decision here, where rank 0 can broadcast it (DDP never caches
-        # embeddings, so it gains nothing from deciding in on_fit_start).
-        if trainer.world_size > 1 and not self._stage_can_begin(trainer):
-            raise TimeBudgetReached(self.stage, int(trainer.global_step))
-
-    def _stage_can_begin(self, trainer: L.Trainer) -> bool:
-        return not self.deadline.active or self._allows(trainer, stage_start_seconds(self.deadline))
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # The first step of an epoch also starts the loader's iteration: it is measured like any other.
