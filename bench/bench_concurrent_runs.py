@@ -46,6 +46,10 @@ from typing import Any
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 from rpm_lib.cuda_mps import MpsUnavailable, find_control, private_mps_daemon  # noqa: E402 - after the environment is set
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # loaded by path (the tests), not run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_check import utilisation_between  # noqa: E402 - the runs' own measure, one definition
 REPO = Path(__file__).resolve().parents[1]
 #: The ``code`` of the rows that this checkout trained (the others name an earlier version).
 THIS_VERSION = "this version"
@@ -194,8 +198,7 @@ def window_utilisation(sample_lists: list[list[list[float]] | None],
     sample the one GPU); None without a window or without a sample in it (CPU runs, an earlier version)."""
     if bounds is None:
         return None
-    inside = [u for samples in sample_lists if samples for t, u in samples if bounds[0] <= t <= bounds[1]]
-    return round(sum(inside) / len(inside), 1) if inside else None
+    return utilisation_between([sample for samples in sample_lists if samples for sample in samples], *bounds)
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace, device: str) -> str:

@@ -757,7 +757,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
             at_once = max(1, min(jobs, sum(not finished for _, _, finished in plan)))
             workers_per_run = max(0, (os.cpu_count() or 1) // at_once - 1)
         overrides = {**(overrides or {}), "num_workers": int(workers_per_run)}
-        plan = _plan(config, out_dir, expand_grid(config, grids, overrides))
+        # the same runs in the same order (an override names no run): only their parameters change
+        plan = [(spec, run_dir, finished) for spec, (_, run_dir, finished)
+                in zip(expand_grid(config, grids, overrides), plan, strict=True)]
     specs = [spec for spec, _, _ in plan]
     check_parameters(config, specs)
     if deadline is not None and "time_budget" not in notebook_parameters(config.template):
