@@ -105,6 +105,13 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 
 status=0
+# Seconds slice $1's batch may train: the dry run's fixed budget, else what CAMPAIGN_SECONDS leaves after the reserve.
+budget_left() {
+    if [[ $DRY == 1 ]]; then echo "${BUDGETS[$1]}"; else echo $(( BUDGETS[$1] - ($(date +%s) - STARTED) - RESERVE )); fi
+}
+# The slice's batch for $1 seconds, with MPS where it is in use.
+batch() { rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$1"; }
+
 for number in "${!BUDGETS[@]}"; do
     if [[ -f "$STATE" ]]; then
         # --keep-further: a second call on a still-warm machine finds the first call's runs here, further than the
@@ -112,11 +119,7 @@ for number in "${!BUDGETS[@]}"; do
         rpm-batch unpack "$STATE" --out "$RUNS" --overwrite --keep-further || exit 2
     fi
     mark unpacked
-    if [[ $DRY == 1 ]]; then
-        budget=${BUDGETS[$number]}
-    else
-        budget=$(( BUDGETS[number] - ($(date +%s) - STARTED) - RESERVE ))
-    fi
+    budget=$(budget_left "$number")
     if (( budget < 1 )); then
         # CAMPAIGN_SECONDS too small for the reserve (a second call sized from what the session had left): the state
         # goes back as it came, and the slice says so instead of failing on rpm-batch's refusal of the budget
@@ -126,8 +129,7 @@ for number in "${!BUDGETS[@]}"; do
         echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
         # rpm-batch's errors and warnings are kept (and shown after it ends) to see whether MPS failed
         errors=$(mktemp /tmp/gpu-campaign-errors.XXXXXX)
-        rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$budget" \
-            2>"$errors"
+        batch "$budget" 2>"$errors"
         status=$?
         cat "$errors" >&2
         # MPS asked for and not working (the daemon refused to start: rpm-batch stops with status 2 before any run;
@@ -136,11 +138,10 @@ for number in "${!BUDGETS[@]}"; do
         if (( ${#MPS[@]} )) && { { (( status == 2 )) && grep -q "mps-control\|MPS" "$errors"; } \
                 || grep -q "MPS: the daemon's server failed to start" "$errors"; }; then
             MPS=()
-            budget=$(( BUDGETS[number] - ($(date +%s) - STARTED) - RESERVE ))
-            (( DRY )) && budget=${BUDGETS[$number]}
+            budget=$(budget_left "$number")
             echo "gpu_campaign: MPS did not work (above); the runs take turns on the GPU for the ${budget} s left"
             if (( budget >= 1 )); then
-                rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" --workers-per-run auto --time-budget "$budget"
+                batch "$budget"
                 status=$?
             fi
         fi
