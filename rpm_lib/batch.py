@@ -112,6 +112,27 @@ MIN_RUN_SECONDS = 15.0
 #: everything since the last epoch's checkpoint would be lost with the process.
 BACKSTOP_S = 15.0
 BACKSTOP_REPEAT_S = 2.0
+#: Lines of a failed notebook's kernel log quoted in the run's ``error.txt``.
+KERNEL_LOG_TAIL_LINES = 20
+
+
+def kernel_log_of(executed_notebook: Path) -> Path:
+    """Where the kernel that executes ``executed_notebook`` writes its standard error: ``<stem>.kernel.log`` beside
+    it (kept only when something was written; not part of a packed run)."""
+    return executed_notebook.with_name(f"{executed_notebook.stem}.kernel.log")
+
+
+def _kernel_log_tail(log: Path) -> str:
+    """The last lines of a kernel log for ``error.txt``, or "" when there is none; an empty log is removed."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    if not text.strip():
+        log.unlink(missing_ok=True)
+        return ""
+    tail = text.rstrip().splitlines()[-KERNEL_LOG_TAIL_LINES:]
+    return f"\nthe kernel's standard error ({log}), last {len(tail)} lines:\n" + "\n".join(tail) + "\n"
 
 
 class BatchConfigError(ValueError):
@@ -579,9 +600,13 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
     for template, params, out_nb in steps:
         try:
             # only the training notebook runs against the batch's deadline
+            kernel_log = kernel_log_of(out_nb)
+            kernel_log.unlink(missing_ok=True)
             with _backstop_of(run_dir, deadline if template == config.template else None) as backstop:
+                # the kernels' own chatter (ipykernel's log lines, what C libraries print) stays with their run
                 execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
-                                 execution_timeout=config.execution_timeout)
+                                 execution_timeout=config.execution_timeout, kernel_stderr=kernel_log)
+            _kernel_log_tail(kernel_log)  # removes an empty log
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 if stopped_by_budget(run_dir):  # the time budget ended it: the `then` notebooks wait for the end
@@ -593,8 +618,11 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
                     return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, note, executed)
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, the batch goes on
-            message = f"step: {template}\nexecuted notebook: {out_nb}\n\n{_describe_error(exc)}"
-            (run_dir / "error.txt").write_text(message)
+            header = f"step: {template}\nexecuted notebook: {out_nb}\n"
+            message = f"{header}\n{_describe_error(exc)}"
+            # the error stays the last line (the tables and the batch's summary quote it)
+            (run_dir / "error.txt").write_text(f"{header}{_kernel_log_tail(kernel_log_of(out_nb))}\n"
+                                               f"{_describe_error(exc)}")
             return RunResult(spec, run_dir, "failed", time.perf_counter() - start, message, executed)
     return RunResult(spec, run_dir, "done", time.perf_counter() - start, None, executed)
 

@@ -2,7 +2,7 @@
 
 Every notebook rpm_lib executes (``make demo``, ``rpm-batch``, the test suite) goes through
 :func:`execute_notebook`. It runs papermill with an engine of our own, :class:`RpmNotebookEngine`,
-which differs from papermill's default ``nbclient`` engine in two places (see ``docs/notebook-execution.md``):
+which differs from papermill's default ``nbclient`` engine in three places (see ``docs/notebook-execution.md``):
 
 1. **No unbounded wait on a reply the kernel has already sent (or never will).** papermill's client ends every execution with
    ``wait_for_reply(kc.kernel_info())`` and no timeout, only to copy ``language_info`` into the notebook's
@@ -15,7 +15,12 @@ which differs from papermill's default ``nbclient`` engine in two places (see ``
    the cell's outputs (an ``error`` output makes it an error reply). Cell execution keeps nbclient's own waits, which poll the kernel's
    liveness every few seconds, so a dead kernel is still an error and a long cell is never cut short:
    there is no per-cell timeout unless the caller asks for one.
-2. **IPC transport.** Kernels listen on Unix-domain sockets in a private runtime folder instead of
+2. **The kernel's own standard error can go to a file** (``kernel_stderr``): ipykernel's log lines, among them
+   "KeyboardInterrupt caught in kernel" when jupyter_client interrupts the kernel on its way to shutting it
+   down after the last cell, and what C libraries write to descriptor 2 (ipykernel copies that into the
+   notebook as well). ``rpm-batch`` gives each run's notebooks such a file, so that several kernels do not
+   interleave their chatter in the batch's terminal.
+3. **IPC transport.** Kernels listen on Unix-domain sockets in a private runtime folder instead of
    loopback TCP ports. That removes the "Kernel is running over TCP without encryption" warning that
    ipykernel 7 prints at every start, the chance of two kernels racing for the same free port, and
    exposure of unencrypted kernel traffic to other users of the machine.
@@ -143,7 +148,8 @@ def _engine_classes():
 
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
-                                     stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
+                                     stderr_file=None, start_timeout=60, execution_timeout=None,
+                                     kernel_stderr=None, **kwargs):
             kwargs = remove_args(["input_path"], **kwargs)
             safe_kwargs = remove_args(["timeout", "startup_timeout"], **kwargs)
             transport = os.environ.get("RPM_LIB_KERNEL_TRANSPORT", DEFAULT_TRANSPORT)
@@ -166,7 +172,11 @@ def _engine_classes():
                 stderr_file=stderr_file,
             )
             client = RpmNotebookClient(nb_man, config=config, **final_kwargs)
-            return client.execute()
+            if kernel_stderr is None:
+                return client.execute()
+            # start_kernel's keywords reach the kernel's Popen: its descriptor 2 is this file
+            with open(kernel_stderr, "ab") as log:
+                return client.execute(stderr=log)
 
     return RpmNotebookClient, RpmNotebookEngine
 
@@ -197,7 +207,8 @@ def register_engine() -> str:
 
 def execute_notebook(template: str | Path, out_path: str | Path, parameters: Mapping[str, Any] | None = None, *,
                      kernel_name: str = "python3", cwd: str | Path | None = None,
-                     execution_timeout: int | None = None, log_output: bool = False) -> Path:
+                     execution_timeout: int | None = None, log_output: bool = False,
+                     kernel_stderr: str | Path | None = None) -> Path:
     """Execute ``template`` with papermill into ``out_path`` (parent folders created).
 
     The kernel is always named (``python3`` = the interpreter that runs this code), the progress bar is
@@ -208,6 +219,8 @@ def execute_notebook(template: str | Path, out_path: str | Path, parameters: Map
     Args:
         execution_timeout: seconds per cell, or None (default) for no limit: long training cells on slow
             machines must never be cut short; a dead kernel is detected without a timeout.
+        kernel_stderr: a file that receives the kernel process's standard error (appended to; module
+            docstring, point 2), or None (default): the kernel shares this process's.
 
     Raises:
         papermill.PapermillExecutionError: a cell raised; ``out_path`` still holds the executed notebook
@@ -223,6 +236,8 @@ def execute_notebook(template: str | Path, out_path: str | Path, parameters: Map
     if execution_timeout is not None:
         kwargs["execution_timeout"] = execution_timeout
     plain = os.environ.get("RPM_LIB_PLAIN_PAPERMILL") == "1"  # papermill's own engine, for the stall bench
+    if kernel_stderr is not None and not plain:
+        kwargs["kernel_stderr"] = str(kernel_stderr)
     pm.execute_notebook(
         str(template),
         str(out_path),

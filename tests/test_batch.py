@@ -588,3 +588,41 @@ def test_auto_loader_workers_share_the_cores_among_the_runs_left_to_train(tmp_pa
         (out / "main" / name).mkdir(parents=True)
         (out / "main" / name / batch.FINISHED_MARKER).write_text("{}")
     assert planned_workers() == [7, 7]  # 16 // 2 - 1
+
+
+CHATTY_TRAIN_BODY = """
+import json, os, pathlib
+os.write(2, f"kernel chatter of seed {seed}\\n".encode())  # as a C library or ipykernel's own log would
+if fail:
+    raise RuntimeError(f"deliberate failure for seed {seed}")
+pathlib.Path(run_dir, "metrics.json").write_text(json.dumps({"test_accuracy": 0.5}))
+"""
+
+
+def test_what_kernels_write_to_their_standard_error_stays_with_their_run(tmp_path):
+    # Several kernels at once used to interleave their chatter in the batch's terminal, among it ipykernel's
+    # "KeyboardInterrupt caught in kernel." when jupyter_client interrupts a kernel on its way to shutting it down
+    train = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\nseed: int = 0\n'
+                                                "fail: bool = False\n", CHATTY_TRAIN_BODY)
+    config = _write_config(tmp_path / "b.yaml", f"""
+template: {train}
+out: {tmp_path / "out"}
+axes:
+  seed:
+    "0": {{seed: 0}}
+    "1": {{seed: 1, fail: true}}
+""")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "rpm_lib.batch", str(config), "--jobs", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr  # one run failed
+    assert "kernel chatter" not in done.stdout + done.stderr
+    ok, bad = tmp_path / "out" / "main" / "seed-0", tmp_path / "out" / "main" / "seed-1"
+    assert "kernel chatter of seed 0" in batch.kernel_log_of(ok / "train.ipynb").read_text()
+    error = (bad / "error.txt").read_text()
+    assert "deliberate failure for seed 1" in error
+    assert "the kernel's standard error" in error and "kernel chatter of seed 1" in error
+    assert error.rstrip().splitlines()[-1] == "RuntimeError: deliberate failure for seed 1"  # quoted by the tables
+    # the batch's line for the failed run still ends with the error itself
+    assert re.search(r"failed +main/seed-1 \(.*\): RuntimeError: deliberate failure for seed 1", done.stdout)
