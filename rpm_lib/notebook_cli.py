@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parameters.update(read)
     parameters.update({name: value for name, value in args.parameter})
 
-    from rpm_lib.batch import BatchConfigError, notebook_parameters
+    from rpm_lib.batch_config import BatchConfigError, notebook_parameters
 
     try:
         known = notebook_parameters(args.template)

@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpm_lib.batch import BatchConfig, BatchConfigError, RunResult, RunSpec, run_dir_of, run_one
+from rpm_lib.batch import RunResult, run_one
+from rpm_lib.batch_config import BatchConfig, BatchConfigError, RunSpec, run_dir_of
 from rpm_lib.run_progress import FINISHED, STOP_FILE, UNFINISHED, stopped_by_budget
 from rpm_lib.training.stop_signals import held_from_the_kernel
 

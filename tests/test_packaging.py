@@ -8,7 +8,7 @@ the two consistent with each other and with the code:
 * every third-party module imported anywhere in ``rpm_lib/`` (AST walk over every ``.py`` file, imports inside
   functions included) maps to a declared runtime dependency. The one exception is the ``notebooks`` extra: a module
   imported only by the notebook helpers (``NOTEBOOK_HELPERS``: ``notebook_execution.py``, ``notebook.py``,
-  ``batch.py``) may be declared there instead, and must then be imported inside a function, so that
+  ``batch.py``, ``batch_config.py``) may be declared there instead, and must then be imported inside a function, so that
   ``import rpm_lib.batch`` and
   ``rpm-batch --help`` work without the extra (executing a notebook needs ``pip install 'rpm_lib[notebooks]'``);
 * every declared runtime dependency is imported somewhere (no stale entries);
@@ -58,7 +58,7 @@ IMPORT_TO_DIST = {
     "albumentations": "albumentations",
 }
 #: rpm_lib modules whose third-party imports may come from the ``notebooks`` extra (imported inside functions).
-NOTEBOOK_HELPERS = frozenset({"notebook_execution.py", "notebook.py", "batch.py", "notebook_cli.py"})
+NOTEBOOK_HELPERS = frozenset({"notebook_execution.py", "notebook.py", "batch.py", "batch_config.py", "notebook_cli.py"})
 #: Modules that may import the ``cluster`` extra (submitit), inside functions: ``rpm-batch --executor slurm``.
 CLUSTER_HELPERS = frozenset({"slurm.py", "slurm_start.py"})
 #: Pinned in requirements*.txt without being a declared dependency: rpm_lib never imports them directly.
