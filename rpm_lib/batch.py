@@ -64,7 +64,7 @@ from rpm_lib.batch_config import (  # noqa: F401 - the batch's vocabulary, re-ex
     check_parameters, expand_grid, load_batch_config, notebook_parameters, run_dir_of, run_name, slug)
 from rpm_lib.cli_parser import OneLineArgumentParser, print_error
 from rpm_lib.live_progress import STALL_SECONDS, LiveProgress, stage_epochs, stage_views
-from rpm_lib.notebook_execution import execute_notebook
+from rpm_lib.notebook_execution import execute_notebook, kernel_log_of
 from rpm_lib.run_progress import STOP_FILE, UNFINISHED_EXIT_CODE, stopped_by_budget
 
 #: A training run is finished when its folder holds this file.
@@ -87,20 +87,13 @@ BACKSTOP_REPEAT_S = 2.0
 KERNEL_LOG_TAIL_LINES = 20
 
 
-def kernel_log_of(executed_notebook: Path) -> Path:
-    """Where the kernel that executes ``executed_notebook`` writes its standard error: ``<stem>.kernel.log`` beside
-    it (kept only when something was written; not part of a packed run)."""
-    return executed_notebook.with_name(f"{executed_notebook.stem}.kernel.log")
-
-
 def _kernel_log_tail(log: Path) -> str:
-    """The last lines of a kernel log for ``error.txt``, or "" when there is none; an empty log is removed."""
+    """The last lines of a kernel log (:func:`kernel_log_of`) for ``error.txt``, or "" when there is none."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return ""
     if not text.strip():
-        log.unlink(missing_ok=True)
         return ""
     tail = text.rstrip().splitlines()[-KERNEL_LOG_TAIL_LINES:]
     return f"\nthe kernel's standard error ({log}), last {len(tail)} lines:\n" + "\n".join(tail) + "\n"
@@ -242,13 +235,10 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
     for template, params, out_nb in steps:
         try:
             # only the training notebook runs against the batch's deadline
-            kernel_log = kernel_log_of(out_nb)
-            kernel_log.unlink(missing_ok=True)
             with _backstop_of(run_dir, deadline if template == config.template else None) as backstop:
                 # the kernels' own chatter (ipykernel's log lines, what C libraries print) stays with their run
                 execute_notebook(template, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
-                                 execution_timeout=config.execution_timeout, kernel_stderr=kernel_log)
-            _kernel_log_tail(kernel_log)  # removes an empty log
+                                 execution_timeout=config.execution_timeout, kernel_stderr=kernel_log_of(out_nb))
             executed.append(str(out_nb))
             if template == config.template and not (run_dir / FINISHED_MARKER).is_file():
                 if stopped_by_budget(run_dir):  # the time budget ended it: the `then` notebooks wait for the end

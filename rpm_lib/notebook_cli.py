@@ -19,13 +19,10 @@ numbers and booleans). Values of ``-f`` keep their YAML types; ``-p`` wins over 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
-import os
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from rpm_lib.cli_parser import OneLineArgumentParser
 
@@ -57,24 +54,6 @@ def _parameters_file(path: Path) -> dict[str, Any] | str:
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         return f"{path}: expected a mapping of parameter names to values, got {type(data).__name__}"
     return data
-
-
-@contextlib.contextmanager
-def _kernel_chatter_elsewhere() -> Iterator[None]:
-    """Send what the kernel process and papermill's logger write to stderr (start-up notes, "KeyboardInterrupt
-    caught in kernel" when a failed cell stops it) to a temporary file instead of the terminal: the kernel
-    inherits file descriptor 2, so only redirecting the descriptor itself reaches it. The executed notebook
-    keeps every cell's output and traceback."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as log:
-        os.dup2(log.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,11 +104,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jupyter_client.kernelspec import NoSuchKernel
     from papermill.exceptions import PapermillExecutionError
 
-    from rpm_lib.notebook_execution import execute_notebook
+    from rpm_lib.notebook_execution import execute_notebook, kernel_log_of
 
     try:
-        with _kernel_chatter_elsewhere():
-            execute_notebook(args.template, args.output, parameters, kernel_name=args.kernel, cwd=args.cwd)
+        # the kernel's start-up notes and ipykernel's "KeyboardInterrupt caught in kernel" (jupyter_client interrupts
+        # a kernel before shutting it down) go to a file beside the output, not between this command's lines
+        execute_notebook(args.template, args.output, parameters, kernel_name=args.kernel, cwd=args.cwd,
+                         kernel_stderr=kernel_log_of(args.output))
     except NoSuchKernel:
         return _fail(f"--kernel {args.kernel}: no such Jupyter kernel here (`jupyter kernelspec list` shows them)")
     except PapermillExecutionError as error:

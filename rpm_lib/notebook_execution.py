@@ -18,8 +18,8 @@ which differs from papermill's default ``nbclient`` engine in three places (see 
 2. **The kernel's own standard error can go to a file** (``kernel_stderr``): ipykernel's log lines, among them
    "KeyboardInterrupt caught in kernel" when jupyter_client interrupts the kernel on its way to shutting it
    down after the last cell, and what C libraries write to descriptor 2 (ipykernel copies that into the
-   notebook as well). ``rpm-batch`` gives each run's notebooks such a file, so that several kernels do not
-   interleave their chatter in the batch's terminal.
+   notebook as well). ``rpm-batch`` and ``rpm-notebook`` give each kernel such a file (:func:`kernel_log_of`), so
+   that several kernels do not interleave their chatter in one terminal.
 3. **IPC transport.** Kernels listen on Unix-domain sockets in a private runtime folder instead of
    loopback TCP ports. That removes the "Kernel is running over TCP without encryption" warning that
    ipykernel 7 prints at every start, the chance of two kernels racing for the same free port, and
@@ -50,6 +50,13 @@ ENGINE_NAME = "rpm_lib"
 DEFAULT_TRANSPORT = "ipc"
 
 _registered = False
+
+
+def kernel_log_of(executed_notebook: str | Path) -> Path:
+    """Where ``rpm-batch`` and ``rpm-notebook`` have the kernel that executes ``executed_notebook`` write its standard
+    error: ``<stem>.kernel.log`` beside it (:func:`execute_notebook` removes it again when nothing was written)."""
+    executed_notebook = Path(executed_notebook)
+    return executed_notebook.with_name(f"{executed_notebook.stem}.kernel.log")
 
 
 def _short_runtime_dir() -> str:
@@ -219,8 +226,9 @@ def execute_notebook(template: str | Path, out_path: str | Path, parameters: Map
     Args:
         execution_timeout: seconds per cell, or None (default) for no limit: long training cells on slow
             machines must never be cut short; a dead kernel is detected without a timeout.
-        kernel_stderr: a file that receives the kernel process's standard error (appended to; module
-            docstring, point 2), or None (default): the kernel shares this process's.
+        kernel_stderr: a file that receives the kernel process's standard error (module docstring, point 2;
+            emptied first, removed afterwards if nothing was written), or None (default): the kernel shares this
+            process's.
 
     Raises:
         papermill.PapermillExecutionError: a cell raised; ``out_path`` still holds the executed notebook
@@ -237,17 +245,24 @@ def execute_notebook(template: str | Path, out_path: str | Path, parameters: Map
         kwargs["execution_timeout"] = execution_timeout
     plain = os.environ.get("RPM_LIB_PLAIN_PAPERMILL") == "1"  # papermill's own engine, for the stall bench
     if kernel_stderr is not None and not plain:
+        kernel_stderr = Path(kernel_stderr)
+        kernel_stderr.unlink(missing_ok=True)  # an earlier execution's log would read as this one's
         kwargs["kernel_stderr"] = str(kernel_stderr)
-    pm.execute_notebook(
-        str(template),
-        str(out_path),
-        parameters=dict(parameters or {}),
-        engine_name=None if plain else register_engine(),
-        kernel_name=kernel_name,
-        progress_bar=False,
-        log_output=log_output,
-        request_save_on_cell_execute=False,
-        cwd=None if cwd is None else str(cwd),
-        **kwargs,
-    )
+    try:
+        pm.execute_notebook(
+            str(template),
+            str(out_path),
+            parameters=dict(parameters or {}),
+            engine_name=None if plain else register_engine(),
+            kernel_name=kernel_name,
+            progress_bar=False,
+            log_output=log_output,
+            request_save_on_cell_execute=False,
+            cwd=None if cwd is None else str(cwd),
+            **kwargs,
+        )
+    finally:
+        log = kwargs.get("kernel_stderr")
+        if log is not None and os.path.isfile(log) and os.path.getsize(log) == 0:
+            os.unlink(log)
     return out_path

@@ -221,6 +221,30 @@ def test_rpm_notebook_reports_a_failed_cell_in_one_line(tmp_path: Path) -> None:
     assert out.is_file()  # the executed notebook is kept, as papermill keeps it
 
 
+def test_rpm_notebook_keeps_what_the_kernel_writes_to_its_standard_error_beside_the_output(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("fail: bool = False", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import os\nos.write(2, b'chatter of the kernel\\n')\n"
+                                          "if str(fail) == 'true':  # -p values reach an unchecked notebook as text\n"
+                                          "    raise ValueError('no good')")]
+    nbformat.write(nb, tmp_path / "chatty.ipynb")
+    for fail, status in (("false", 0), ("true", 1)):
+        out = tmp_path / f"out-{fail}.ipynb"
+        done = _rpm_notebook(str(tmp_path / "chatty.ipynb"), str(out), "-p", "fail", fail, tmp_path=tmp_path)
+        assert done.returncode == status, done.stderr
+        assert "chatter" not in done.stdout + done.stderr
+        assert len((done.stdout + done.stderr).strip().splitlines()) == 1, done.stdout + done.stderr
+        assert "chatter of the kernel" in (tmp_path / f"out-{fail}.kernel.log").read_text()
+    quiet = tmp_path / "quiet.ipynb"
+    nb.cells[1].source = "print('nothing on descriptor 2')"
+    nbformat.write(nb, quiet)
+    assert _rpm_notebook(str(quiet), str(tmp_path / "q.ipynb"), tmp_path=tmp_path).returncode == 0
+    log = tmp_path / "q.kernel.log"
+    # an empty log is removed; jupyter_client's interrupt before the shutdown may leave ipykernel's one line
+    assert not log.exists() or log.read_text().strip() == "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel."
+
+
 def test_rpm_notebook_refuses_unknown_names_and_bad_files_before_a_kernel_starts(tmp_path: Path) -> None:
     template = str(REPO / "notebooks" / "05_rule_predictions.ipynb")
     done = _rpm_notebook(template, str(tmp_path / "o.ipynb"), "-p", "treshold", "0.3", tmp_path=tmp_path)
