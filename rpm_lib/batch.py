@@ -311,7 +311,7 @@ def _run_report(report: Path, out: Path, config: BatchConfig, log) -> dict[str, 
     try:
         params = {"batch_dir": str(out.resolve()), OUTPUT_DIR_PARAMETER: str((out / "report").resolve())}
         execute_notebook(report, out_nb, params, kernel_name=config.kernel, cwd=Path.cwd(),
-                         execution_timeout=config.execution_timeout)
+                         execution_timeout=config.execution_timeout, kernel_stderr=kernel_log_of(out_nb))
     except Exception as exc:  # noqa: BLE001 - the runs are done; a broken report must not hide them
         log(f"report notebook {report} failed (see {out_nb}): {_describe_error(exc).strip().splitlines()[-1]}")
     return {"report": out_nb}

@@ -174,7 +174,7 @@ def _executed_ok(path: Path) -> bool:
 
 def step_explore(ctx: DemoContext) -> None:
     """Execute the exploration notebooks (01, 02) on the demo data into ``<out>/explore/``."""
-    from rpm_lib.notebook_execution import execute_notebook
+    from rpm_lib.notebook_execution import execute_notebook, kernel_log_of
 
     done = []
     for template, extra in EXPLORE_NOTEBOOKS:
@@ -185,7 +185,8 @@ def step_explore(ctx: DemoContext) -> None:
         else:
             _say(f"{stem}: executing with papermill")
             execute_notebook(template, executed, {"data_root": str(ctx.data), "interactive": False,
-                                                  "output_dir": str(ctx.out / "explore" / stem), **extra})
+                                                  "output_dir": str(ctx.out / "explore" / stem), **extra},
+                             kernel_stderr=kernel_log_of(executed))
         done.append(executed)
     ctx.results["explore"] = done
 
