@@ -823,6 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if not args.stall_minutes > 0:
         parser.error(f"--stall-minutes must be a positive number of minutes, got {args.stall_minutes:g}")
+    if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
+        parser.error(f"--time-budget must be a positive, finite number of seconds, got {args.time_budget:g}")
     if args.gather:
         if not Path(args.gather).is_dir():
             parser.error(f"--gather: batch folder {args.gather} does not exist")

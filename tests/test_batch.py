@@ -287,6 +287,8 @@ def test_execution_timeout_is_opt_in_and_a_timed_out_run_fails_without_a_retry(t
     (["configs/demo.yaml", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["--gather", "no/such/batch"], "--gather: batch folder no/such/batch does not exist"),
     (["configs/demo.yaml", "--cuda-devices", ",,"], "--cuda-devices: an empty GPU id in ',,' (e.g. 0,1,2,3)"),
+    (["configs/demo.yaml", "--time-budget", "-5"],
+     "--time-budget must be a positive, finite number of seconds, got -5 (see rpm-batch --help)"),
 ])
 def test_hostile_cli_arguments_get_one_line_and_exit_2(argv, message, capsys):
     from rpm_lib.batch import main
