@@ -843,6 +843,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     devices = args.cuda_devices.split(",") if args.cuda_devices else None
     if devices is not None and not all(d.strip() for d in devices):
         parser.error(f"--cuda-devices: an empty GPU id in {args.cuda_devices!r} (e.g. 0,1,2,3)")
+    # CUDA_VISIBLE_DEVICES takes indices and UUIDs; anything else hides every GPU, and a run with
+    # accelerator=auto would then train on the CPU without a word
+    unknown = [d.strip() for d in devices or () if not re.fullmatch(r"\d+|(GPU|MIG)-\S+", d.strip())]
+    if unknown:
+        parser.error(f"--cuda-devices: {unknown[0]!r} is neither a GPU index (0, 1, ...) nor a GPU-/MIG- UUID "
+                     "(nvidia-smi -L lists both); CUDA would show such a run no GPU")
     try:
         if args.prepare_only:
             config = load_batch_config(args.config)

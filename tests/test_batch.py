@@ -287,6 +287,8 @@ def test_execution_timeout_is_opt_in_and_a_timed_out_run_fails_without_a_retry(t
     (["configs/demo.yaml", "--jobs", "0"], "--jobs must be >= 1, got 0"),
     (["--gather", "no/such/batch"], "--gather: batch folder no/such/batch does not exist"),
     (["configs/demo.yaml", "--cuda-devices", ",,"], "--cuda-devices: an empty GPU id in ',,' (e.g. 0,1,2,3)"),
+    (["configs/demo.yaml", "--cuda-devices", "0,x"], "--cuda-devices: 'x' is neither a GPU index (0, 1, ...) nor a "
+                                                      "GPU-/MIG- UUID (nvidia-smi -L lists both)"),
     (["configs/demo.yaml", "--time-budget", "-5"],
      "--time-budget must be a positive, finite number of seconds, got -5 (see rpm-batch --help)"),
 ])
