@@ -20,7 +20,8 @@
 #   bash bench/gpu_campaign.sh --cpu-dry-run    # here: configs/table1_scl_tiny.yaml in a temporary folder, two
 #                                               # slices (the second resumes the first's packed state)
 #
-# On your own GPU, without slices: rpm-batch configs/table1_scl_gpu.yaml --jobs 5 --cuda-devices 0 --workers-per-run auto
+# On your own GPU, without slices: rpm-batch configs/table1_scl_gpu.yaml --jobs 5 --cuda-devices 0 --cuda-mps \
+#   --workers-per-run auto   (without --cuda-mps where NVIDIA's nvidia-cuda-mps-control is not installed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
