@@ -94,7 +94,7 @@ def _kernel_log_tail(log: Path) -> str:
     except OSError:
         return ""
     if not text.strip():
-        return ""
+        return ""  # nothing written (execute_notebook removes such a log), or only blank lines
     tail = text.rstrip().splitlines()[-KERNEL_LOG_TAIL_LINES:]
     return f"\nthe kernel's standard error ({log}), last {len(tail)} lines:\n" + "\n".join(tail) + "\n"
 
@@ -250,11 +250,10 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
                     return RunResult(spec, run_dir, "unfinished", time.perf_counter() - start, note, executed)
                 raise RuntimeError(f"{template} finished without writing {run_dir / FINISHED_MARKER}")
         except Exception as exc:  # noqa: BLE001 - any failure is recorded, the batch goes on
-            header = f"step: {template}\nexecuted notebook: {out_nb}\n"
-            message = f"{header}\n{_describe_error(exc)}"
+            header, error = f"step: {template}\nexecuted notebook: {out_nb}\n", _describe_error(exc)
+            message = f"{header}\n{error}"
             # the error stays the last line (the tables and the batch's summary quote it)
-            (run_dir / "error.txt").write_text(f"{header}{_kernel_log_tail(kernel_log_of(out_nb))}\n"
-                                               f"{_describe_error(exc)}")
+            (run_dir / "error.txt").write_text(f"{header}{_kernel_log_tail(kernel_log_of(out_nb))}\n{error}")
             return RunResult(spec, run_dir, "failed", time.perf_counter() - start, message, executed)
     return RunResult(spec, run_dir, "done", time.perf_counter() - start, None, executed)
 
@@ -395,8 +394,8 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
-        raise BatchConfigError(f"--time-budget must be a positive, finite number of seconds, got {time_budget}")
+    if (problem := _time_budget_problem(time_budget)) is not None:
+        raise BatchConfigError(problem)
     if not stall_minutes > 0:
         raise BatchConfigError(f"--stall-minutes must be a positive number of minutes, got {stall_minutes}")
     if cuda_mps and executor != "local":
@@ -480,6 +479,13 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     log("")
     log(paths["table1_md"].read_text())
     return results
+
+
+def _time_budget_problem(seconds: float | None) -> str | None:
+    """What is wrong with a batch's time budget (``None``: no budget, or a usable one)."""
+    if seconds is None or (math.isfinite(seconds) and seconds > 0):
+        return None
+    return f"--time-budget must be a positive, finite number of seconds, got {seconds:g}"
 
 
 def _plan(config: BatchConfig, out_dir: Path, specs: list[RunSpec]) -> list[tuple[RunSpec, Path, bool]]:
@@ -823,8 +829,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if not args.stall_minutes > 0:
         parser.error(f"--stall-minutes must be a positive number of minutes, got {args.stall_minutes:g}")
-    if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
-        parser.error(f"--time-budget must be a positive, finite number of seconds, got {args.time_budget:g}")
+    if (problem := _time_budget_problem(args.time_budget)) is not None:
+        parser.error(problem)  # before the YAML is read, like the other arguments
     if args.gather:
         if not Path(args.gather).is_dir():
             parser.error(f"--gather: batch folder {args.gather} does not exist")
@@ -840,12 +846,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("a batch YAML is required (or --gather BATCH_DIR)")
-    devices = args.cuda_devices.split(",") if args.cuda_devices else None
-    if devices is not None and not all(d.strip() for d in devices):
+    devices = [d.strip() for d in args.cuda_devices.split(",")] if args.cuda_devices else None
+    if devices is not None and not all(devices):
         parser.error(f"--cuda-devices: an empty GPU id in {args.cuda_devices!r} (e.g. 0,1,2,3)")
     # CUDA_VISIBLE_DEVICES takes indices and UUIDs; anything else hides every GPU, and a run with
     # accelerator=auto would then train on the CPU without a word
-    unknown = [d.strip() for d in devices or () if not re.fullmatch(r"\d+|(GPU|MIG)-\S+", d.strip())]
+    unknown = [d for d in devices or () if not re.fullmatch(r"\d+|(GPU|MIG)-\S+", d)]
     if unknown:
         parser.error(f"--cuda-devices: {unknown[0]!r} is neither a GPU index (0, 1, ...) nor a GPU-/MIG- UUID "
                      "(nvidia-smi -L lists both); CUDA would show such a run no GPU")
@@ -857,8 +863,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _run_prepare(config, args.dry_run, (lambda *_: None) if args.quiet else _printer())
             return 0
         results = run_batch(args.config, jobs=args.jobs, dry_run=args.dry_run, out=args.out, grids=args.grid,
-                            overrides=dict(args.overrides),
-                            cuda_devices=[d.strip() for d in devices] if devices else None,
+                            overrides=dict(args.overrides), cuda_devices=devices,
                             time_budget=args.time_budget, workers_per_run=args.workers_per_run,
                             executor=args.executor, slurm=dict(args.slurm), wait=args.wait,
                             live=not args.quiet, stall_minutes=args.stall_minutes, cuda_mps=args.cuda_mps)
