@@ -11,9 +11,10 @@
   before training began, each run's standing) is appended
   to ``results/table1_scl_gpu/slices.jsonl``;
 * ``results/table1_scl_gpu/progress.md`` and ``table1.md`` are replaced by the slice's;
-* the per-slice table of ``docs/reproduction-gpu.md`` (between its ``slices`` markers) is rewritten from
-  ``slices.jsonl``, and, once runs have finished, its Table 1 section (between the ``table1`` markers) from the
-  unpacked state with ``rpm_lib.claims`` verdicts;
+* in ``docs/reproduction-gpu.md``, the per-slice table (between its ``slices`` markers) is rewritten from
+  ``slices.jsonl``; each run's standing (between the ``standing`` markers: stage, epochs, lowest validation loss,
+  the epochs early stopping can still give the stage) from the unpacked state; and, once runs have finished, the
+  Table 1 section (between the ``table1`` markers) from the state with ``rpm_lib.claims`` verdicts;
 * ``results/table1_scl_gpu/progress.png`` is drawn from the state: each run's validation accuracy over its epochs,
   the paper's Table 1 average dashed.
 
@@ -30,6 +31,7 @@ repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime
 import json
@@ -316,6 +318,62 @@ def table1_markdown(state: Path | None) -> str | None:
                       claims.claims_markdown(checks)])
 
 
+def standing_markdown(state: Path | None, entries: list[dict]) -> str | None:
+    """Where each run of the row stands, from the unpacked ``state`` (None before the first slice) after the slices
+    ``entries``: its stage, the epochs done, the stage's lowest validation loss so far, and the epochs early
+    stopping can still give the stage — as few as the patience leaves if that loss never improves again, at most
+    the stage's epoch limit."""
+    import yaml
+
+    from rpm_lib import results, run_progress
+    from rpm_lib.training.config import TrainConfig
+    from rpm_lib.training.history import history_rows
+    from rpm_lib.training.setups import SETUPS, stage_plan
+
+    if state is None:
+        return None
+    runs = run_progress.batch_progress(state / "main")
+    cards = collections.Counter(entry.get("device", "?") for entry in entries)
+    finished = sum(run.status == run_progress.FINISHED for run in runs)
+    lines = [f"After {len(entries)} slice{'s' * (len(entries) != 1)} ({entries[0].get('date')} to "
+             f"{entries[-1].get('date')}; " + ", ".join(f"{card} ×{count}" for card, count in cards.items())
+             + f"; {sum(float(entry.get('seconds') or 0) for entry in entries):,.0f} s in all): {finished} of "
+             f"{len(runs)} runs finished.", "",
+             "| setup | status | stage (stages to come) | epochs done | lowest validation loss (its epoch) | epochs left "
+             "in the stage: fewest, most | best val % | test % | paper's Table 1 % |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        folder = state / "main" / run.run
+        config = TrainConfig.from_dict(yaml.safe_load((folder / "config.yaml").read_text()), f"{folder}/config.yaml")
+        plans = stage_plan(config)
+        names = [plan.name for plan in plans]
+        stage = run.stage if run.stage in names else names[-1]
+        plan = plans[names.index(stage)]
+        done = run.epochs.get(stage, 0)
+        losses = [(float(row["val_loss"]), int(row["epoch"]) + 1) for row in history_rows(folder / "history.csv")
+                  if row["stage"] == stage and row.get("val_loss")]
+        lowest, at = min(losses, key=lambda pair: (pair[0], pair[1])) if losses else (None, None)
+        if run.status == run_progress.FINISHED:
+            left = "–"
+        else:
+            # Lightning's EarlyStopping ends a stage after `patience` epochs in a row without a lower loss
+            fewest = plan.max_epochs - done if at is None else max(0, min(plan.max_epochs, at + config.patience) - done)
+            left = f"{fewest}, {plan.max_epochs - done}"
+        to_come = ", ".join(names[names.index(stage) + 1:]) if run.status != run_progress.FINISHED else ""
+        paper = results.paper_row(config.encoder, config.setup)
+        lines.append(" | ".join([
+            f"| {SETUPS[config.setup].label}", run.status, stage + (f" ({to_come})" if to_come else ""), str(done),
+            "" if lowest is None else f"{lowest:.3f} ({at})", left, _percent(run.best_val_accuracy),
+            _percent(run.test_accuracy),
+            "" if paper is None else f"{paper.average:.1f} ± {paper.std:.1f}" if paper.std is not None
+            else f"{paper.average:.1f}"]) + " |")
+    return "\n".join(lines)
+
+
+def _percent(fraction: float | None) -> str:
+    return "" if fraction is None else f"{100 * fraction:.1f}"
+
+
 def _replace_between(text: str, marker: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- {marker} -->\n).*?(\n<!-- /{marker} -->)", re.S)
     if not pattern.search(text):
@@ -333,6 +391,7 @@ def render() -> None:
     text = _replace_between(text, "slices", slices_markdown(entries) if entries else "No slice has run yet.")
     with _unpacked_state() as state:
         text = _replace_between(text, "table1", table1_markdown(state) or "No run has finished yet.")
+        text = _replace_between(text, "standing", standing_markdown(state, entries) or "No slice has run yet.")
         if state is not None:
             figure = run_progress.progress_figure(
                 state / "main", paper=True, title=f"The SCL row after slice {len(entries)}: validation accuracy per run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -73,6 +74,7 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     text = doc.read_text()
     assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 5+5 ep" in text, text
     assert "5 of 5 runs finished" in text and "MLCL+AUG is the best setup" in text, text
+    assert "After 1 slice (" in text and "| MLCL+AUG | finished | linear |" in text, text
     assert (results / "progress.md").read_text() == progress
     figure = (results / "progress.png").read_bytes()  # each run's validation accuracy, drawn from the state
     assert figure.startswith(b"\x89PNG") and len(figure) > 10_000
@@ -299,6 +301,50 @@ def test_a_slice_row_gives_the_seconds_after_the_batch_and_each_run_s_first_step
     entries[1]["runs"][1].update(called_at=1027.4, process_s=14.2)
     rows = record.slices_markdown(entries).splitlines()
     assert rows[3].split("|")[-2].strip() == "ce 3 ep; mlcl 3 ep, train() at 27 s (its process 14 s old), 1st step 12 s"
+
+
+def test_the_standing_gives_each_run_s_stage_and_the_epochs_early_stopping_can_still_give_it(tmp_path: Path) -> None:
+    record = _campaign_record()
+
+    def run(name: str, setup: str, stage: str, losses: list[float], finished: bool = False) -> None:
+        folder = tmp_path / "main" / name
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text(f"setup: {setup}\nencoder: scl\nmax_epochs: 20\npatience: 3\n")
+        (folder / "history.csv").write_text("stage,epoch,val_loss,val_accuracy\n" + "".join(
+            f"{stage},{epoch},{loss},{'' if stage == 'pretrain' else 0.5 + epoch / 100}\n"
+            for epoch, loss in enumerate(losses)))
+        (folder / "progress.json").write_text(json.dumps({"status": "unfinished"}))
+        if finished:
+            (folder / "metrics.json").write_text(json.dumps({"test_accuracy": 0.847}))
+
+    run("setup-ce__seed-0", "ce", "supervised", [0.9, 0.5, 0.6, 0.7, 0.8], finished=True)
+    run("setup-ce_aux_sparse__seed-0", "ce_aux_sparse", "supervised", [0.9, 0.4, 0.6, 0.4])  # a tie is no improvement
+    run("setup-mlcl__seed-0", "mlcl", "pretrain", [7.0, 6.0, 5.5])
+    entries = [{"date": "2026-11-26", "device": "NVIDIA H200", "seconds": 431.0},
+               {"date": "2026-11-27", "device": "NVIDIA H100 80GB HBM3", "seconds": 243.4}]
+    lines = record.standing_markdown(tmp_path, entries).splitlines()
+    assert lines[0] == ("After 2 slices (2026-11-26 to 2026-11-27; NVIDIA H200 ×1, NVIDIA H100 80GB HBM3 ×1; 674 s in "
+                        "all): 1 of 3 runs finished.")
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]] for line in lines[4:]}
+    assert rows["CE"] == ["finished", "supervised", "5", "0.500 (2)", "–", "54.0", "84.7", "82.8 ± 0.7"]
+    # lowest 0.4 after epoch 2; patience 3 ends the stage after epoch 5 at the earliest: 1 more of 4 done; at most 16
+    assert rows["CE+AUX-sparse"] == ["unfinished", "supervised", "4", "0.400 (2)", "1, 16", "53.0", "", "95.9 ± 0.3"]
+    assert rows["MLCL"] == ["unfinished", "pretrain (linear)", "3", "5.500 (3)", "3, 17", "", "", "95.7 ± 0.5"]
+    assert record.standing_markdown(None, entries) is None
+
+
+def test_the_committed_document_shows_what_the_committed_state_holds(tmp_path: Path) -> None:
+    # the tables between the markers of docs/reproduction-gpu.md are rendered, never typed: a hand edit, or a state
+    # committed without `campaign_record.py`, shows here
+    record = _campaign_record()
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "results" / "table1_scl_gpu", results)
+    doc = tmp_path / "reproduction-gpu.md"
+    committed = (REPO / "docs" / "reproduction-gpu.md").read_text()
+    doc.write_text(committed)
+    record.RESULTS, record.DOC, record.SLICES = results, doc, results / "slices.jsonl"
+    record.render()
+    assert doc.read_text() == committed
 
 
 def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path: Path) -> None:
