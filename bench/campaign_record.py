@@ -320,15 +320,10 @@ def table1_markdown(state: Path | None) -> str | None:
 
 def standing_markdown(state: Path | None, entries: list[dict]) -> str | None:
     """Where each run of the row stands, from the unpacked ``state`` (None before the first slice) after the slices
-    ``entries``: its stage, the epochs done, the stage's lowest validation loss so far, and the epochs early
-    stopping can still give the stage — as few as the patience leaves if that loss never improves again, at most
-    the stage's epoch limit."""
-    import yaml
-
-    from rpm_lib import results, run_progress
-    from rpm_lib.training.config import TrainConfig
-    from rpm_lib.training.history import history_rows
-    from rpm_lib.training.setups import SETUPS, stage_plan
+    ``entries``: its stage and the stages to come, the epochs done, the stage's best validation loss so far, and the
+    epochs early stopping can still give the stage (``rpm_lib.run_progress.RunProgress``)."""
+    from rpm_lib import live_progress, results, run_progress
+    from rpm_lib.training.setups import SETUPS
 
     if state is None:
         return None
@@ -339,31 +334,20 @@ def standing_markdown(state: Path | None, entries: list[dict]) -> str | None:
              f"{entries[-1].get('date')}; " + ", ".join(f"{card} ×{count}" for card, count in cards.items())
              + f"; {sum(float(entry.get('seconds') or 0) for entry in entries):,.0f} s in all): {finished} of "
              f"{len(runs)} runs finished.", "",
-             "| setup | status | stage (stages to come) | epochs done | lowest validation loss (its epoch) | epochs left "
-             "in the stage: fewest, most | best val % | test % | paper's Table 1 % |",
+             "| setup | status | stage (stages to come) | epochs done | best validation loss (its epoch) | epochs left "
+             "in the stage: fewest–most | best val % | test % | paper's Table 1 % |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
-        folder = state / "main" / run.run
-        config = TrainConfig.from_dict(yaml.safe_load((folder / "config.yaml").read_text()), f"{folder}/config.yaml")
-        plans = stage_plan(config)
-        names = [plan.name for plan in plans]
-        stage = run.stage if run.stage in names else names[-1]
-        plan = plans[names.index(stage)]
-        done = run.epochs.get(stage, 0)
-        losses = [(float(row["val_loss"]), int(row["epoch"]) + 1) for row in history_rows(folder / "history.csv")
-                  if row["stage"] == stage and row.get("val_loss")]
-        lowest, at = min(losses, key=lambda pair: (pair[0], pair[1])) if losses else (None, None)
-        if run.status == run_progress.FINISHED:
-            left = "–"
-        else:
-            # Lightning's EarlyStopping ends a stage after `patience` epochs in a row without a lower loss
-            fewest = plan.max_epochs - done if at is None else max(0, min(plan.max_epochs, at + config.patience) - done)
-            left = f"{fewest}, {plan.max_epochs - done}"
-        to_come = ", ".join(names[names.index(stage) + 1:]) if run.status != run_progress.FINISHED else ""
-        paper = results.paper_row(config.encoder, config.setup)
+        values = live_progress.run_config(state / "main" / run.run) or {}
+        stages = list(live_progress.stage_epochs(values) or {})
+        after = stages[stages.index(run.stage) + 1:] if run.stage in stages else []
+        to_come = f" ({', '.join(after)})" if after and run.status != run_progress.FINISHED else ""
+        paper = results.paper_row(str(values.get("encoder")), str(values.get("setup")))
         lines.append(" | ".join([
-            f"| {SETUPS[config.setup].label}", run.status, stage + (f" ({to_come})" if to_come else ""), str(done),
-            "" if lowest is None else f"{lowest:.3f} ({at})", left, _percent(run.best_val_accuracy),
+            f"| {SETUPS[values['setup']].label if values.get('setup') in SETUPS else run.run}", run.status,
+            f"{run.stage or ''}{to_come}", str(run.epochs.get(run.stage or "", 0)),
+            "" if run.best_val_loss is None else f"{run.best_val_loss:.3f} ({run.best_val_loss_epoch})",
+            run_progress.epochs_left_text(run.epochs_left) or "–", _percent(run.best_val_accuracy),
             _percent(run.test_accuracy),
             "" if paper is None else f"{paper.average:.1f} ± {paper.std:.1f}" if paper.std is not None
             else f"{paper.average:.1f}"]) + " |")

@@ -55,18 +55,29 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min"
 
 
-def _stage_plans(values: Mapping[str, Any]) -> list[Any] | None:
-    """The stages (``StagePlan``, in order, epoch limits cut by ``max_total_epochs``) of the training a mapping of
-    TrainConfig fields describes; keys that are not TrainConfig fields are ignored. None when the values are not a
-    valid TrainConfig."""
+def train_config(values: Mapping[str, Any]) -> Any:
+    """The ``TrainConfig`` a mapping of its fields describes (a run's ``config.yaml``); keys that are not
+    TrainConfig fields are ignored. None when the values are not a valid TrainConfig."""
     from rpm_lib.training.config import ConfigError, TrainConfig
-    from rpm_lib.training.setups import stage_plan, within_total_epochs
 
     names = set(TrainConfig.field_names())
     try:
-        config = TrainConfig.from_dict({k: v for k, v in values.items() if k in names})
-        plans = stage_plan(config)
+        return TrainConfig.from_dict({k: v for k, v in values.items() if k in names})
     except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def _stage_plans(values: Mapping[str, Any]) -> list[Any] | None:
+    """The stages (``StagePlan``, in order, epoch limits cut by ``max_total_epochs``) of the training a mapping of
+    TrainConfig fields describes (see :func:`train_config`). None when the values are not a valid TrainConfig."""
+    from rpm_lib.training.setups import stage_plan, within_total_epochs
+
+    config = train_config(values)
+    if config is None:
+        return None
+    try:
+        plans = stage_plan(config)
+    except (TypeError, ValueError):
         return None
     kept: list[Any] = []
     for full in plans:
@@ -89,7 +100,8 @@ def stage_views(values: Mapping[str, Any]) -> dict[str, int] | None:
     return None if plans is None else {plan.name: plan.num_views for plan in plans}
 
 
-def _run_config(run_dir: Path) -> dict[str, Any] | None:
+def run_config(run_dir: Path) -> dict[str, Any] | None:
+    """The mapping in ``run_dir/config.yaml``; None when it is missing, unreadable or not a mapping."""
     import yaml
 
     try:
@@ -126,7 +138,7 @@ class _Run:
     def plan(self) -> dict[str, int] | None:
         """The epoch limits, from the run's own ``config.yaml`` once it has one."""
         if self.started is not None and not self.own_plan:
-            values = _run_config(self.run_dir)
+            values = run_config(self.run_dir)
             own = None if values is None else stage_epochs(values)
             if own is not None:
                 self.planned, self.views, self.own_plan = own, stage_views(values), True

@@ -2,16 +2,18 @@
 
 Read from the files a run keeps up to date while it trains (``progress.json``, ``history.csv``,
 ``metrics.json``), so it works on a batch that is running, stopped by a time budget, or unpacked from an
-archive; light to import (no torch).
+archive; light to import (no Lightning).
 """
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rpm_lib.json_files import read_object, read_object_or_empty
+from rpm_lib.live_progress import run_config, stage_epochs, train_config
 from rpm_lib.training.history import history_rows
 
 #: ``progress.json`` status values (written by ``rpm_lib.training.run``).
@@ -96,6 +98,13 @@ class RunProgress:
         called_at: when the last slice's training call began (``time.time()`` seconds), or None when not recorded.
         process_s: how long the process making that call had been running by then (for a notebook run: its
             kernel's start and imports), or None when not recorded or not known (only Linux says).
+        best_val_loss: the validation loss of the epoch whose weights the stage in progress (a finished run: its
+            last stage) keeps so far, as early stopping judges it (a lower loss by more than ``min_delta``), or None.
+        best_val_loss_epoch: that epoch, counted from 1 within the stage, or None.
+        epochs_left: (fewest, most) epochs that early stopping can still give the stage in progress: fewest if its
+            validation loss never beats ``best_val_loss`` again (the stage ends after ``patience`` epochs in a row
+            without), most up to the stage's epoch limit. None for a finished run, or when ``config.yaml`` does not
+            say (a later stage, e.g. linear evaluation, is not counted).
     """
 
     run: str
@@ -113,6 +122,31 @@ class RunProgress:
     first_step_s: float | None = None
     called_at: float | None = None
     process_s: float | None = None
+    best_val_loss: float | None = None
+    best_val_loss_epoch: int | None = None
+    epochs_left: tuple[int, int] | None = None
+
+
+def early_stopping_standing(losses: list[float], patience: int, min_delta: float) -> tuple[float | None, int | None,
+                                                                                           int]:
+    """Replays early stopping (Lightning's ``EarlyStopping``, mode ``min``) over a stage's validation losses.
+
+    Args:
+        losses: the validation loss of each finished epoch of the stage, in order (NaN for an epoch without one).
+        patience: epochs in a row without a better loss that end the stage.
+        min_delta: how much lower a loss must be than the best so far to count as better.
+
+    Returns:
+        (best loss, its epoch counted from 1, epochs since then without a better one); (None, None, epochs) when
+        no epoch had a finite loss.
+    """
+    best, epoch, waited = math.inf, None, 0
+    for number, loss in enumerate(losses, start=1):
+        if loss < best - min_delta:  # False for NaN: a stage without a loss waits, as EarlyStopping counts it
+            best, epoch, waited = loss, number, 0
+        else:
+            waited += 1
+    return (None if epoch is None else best), epoch, waited
 
 
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
@@ -130,10 +164,12 @@ def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> Ru
                            best_val_accuracy=None, test_accuracy=None, slices=0, seconds=0.0)
 
 
-def _history(path: Path) -> tuple[dict[str, int], list[float], str | None]:
-    """Finished epochs per stage, validation accuracies and the last stage of ``history.csv``."""
+def _history(path: Path) -> tuple[dict[str, int], list[float], str | None, dict[str, list[float]]]:
+    """Finished epochs per stage, validation accuracies, the last stage of ``history.csv`` and the validation losses
+    of each stage (NaN where an epoch has none)."""
     epochs: dict[str, int] = {}
     accuracies = []
+    losses: dict[str, list[float]] = {}
     try:
         rows = history_rows(path)
         for number, row in enumerate(rows, start=2):
@@ -145,10 +181,11 @@ def _history(path: Path) -> tuple[dict[str, int], list[float], str | None]:
             epochs[row["stage"]] = max(epochs.get(row["stage"], 0), epoch + 1)
             if row.get("val_accuracy"):
                 accuracies.append(_fraction(float(row["val_accuracy"]), f"line {number}: val_accuracy"))
+            losses.setdefault(row["stage"], []).append(float(row["val_loss"]) if row.get("val_loss") else math.nan)
     except _DAMAGE as error:
         why = str(error).splitlines()[0] if str(error) else ""
         raise ValueError(f"{path.name}: unreadable ({type(error).__name__}: {why})") from None
-    return epochs, accuracies, rows[-1]["stage"] if rows else None
+    return epochs, accuracies, rows[-1]["stage"] if rows else None, losses
 
 
 def _fraction(value: float, what: str) -> float:
@@ -166,16 +203,16 @@ def _run_progress(run_dir: Path, name: str) -> RunProgress:
     if test is not None and (isinstance(test, bool) or not isinstance(test, (int, float))
                              or not 0.0 <= test <= 1.0):
         raise ValueError(f"metrics.json: test_accuracy {test!r} is not a fraction in [0, 1]")
-    epochs, accuracies, stage = _history(run_dir / "history.csv")
+    epochs, accuracies, stage, losses = _history(run_dir / "history.csv")
     try:
-        return _standing(run_dir, name, progress, metrics, epochs, accuracies, stage)
+        return _standing(run_dir, name, progress, metrics, epochs, accuracies, stage, losses)
     except _DAMAGE as error:
         raise ValueError(f"progress.json or metrics.json: a field of the wrong type ({type(error).__name__}: "
                          f"{error})") from None
 
 
 def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[str, Any], epochs: dict[str, int],
-              accuracies: list[float], stage: str | None) -> RunProgress:
+              accuracies: list[float], stage: str | None, losses: dict[str, list[float]]) -> RunProgress:
     rows = bool(epochs)
     if metrics:
         status = FINISHED
@@ -190,11 +227,13 @@ def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[
     slices = progress.get("slices") or []
     summaries = [s for s in (progress.get("stages") or {}).values() if isinstance(s, dict)]
     steps = sum(int(s.get("global_step") or 0) for s in summaries)
-    batch = _batch_size(run_dir)
+    values = run_config(run_dir)
+    batch = _batch_size(values)
     rpms = sum(int(s.get("global_step") or 0) * int(s.get("batch_size") or batch) for s in summaries)
     last = slices[-1] if slices else {}
     # a hand-edited or older record: no start-up figure, not a wrong one
     first_step, called_at, process_s = (_seconds(last.get(key)) for key in ("first_step_s", "called_at", "process_s"))
+    best_loss, best_epoch, left = _early_stopping(values, status, stage, epochs, losses)
     return RunProgress(
         run=name, status=status, stage=stage, epochs=epochs,
         val_accuracy=accuracies[-1] if accuracies else None,
@@ -202,7 +241,24 @@ def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[
         test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
         seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms,
         data_changes=len(progress.get("data_changes") or []), first_step_s=first_step, called_at=called_at,
-        process_s=process_s)
+        process_s=process_s, best_val_loss=best_loss, best_val_loss_epoch=best_epoch, epochs_left=left)
+
+
+def _early_stopping(values: dict[str, Any] | None, status: str, stage: str | None, epochs: dict[str, int],
+                    losses: dict[str, list[float]]) -> tuple[float | None, int | None, tuple[int, int] | None]:
+    """(best validation loss, its epoch, epochs left) of ``stage`` for the run whose ``config.yaml`` holds
+    ``values`` (see :class:`RunProgress`)."""
+    config = None if values is None else train_config(values)
+    if config is None or stage is None:
+        return None, None, None
+    best, epoch, waited = early_stopping_standing(losses.get(stage, []), config.patience, config.min_delta)
+    limit = (stage_epochs(values) or {}).get(stage)
+    if status == FINISHED or limit is None:
+        return best, epoch, None
+    most = max(0, limit - epochs.get(stage, 0))
+    # before a stage's first loss, its first epoch sets the best and `patience` more can end it
+    fewest = config.patience + 1 if epoch is None else max(0, config.patience - waited)
+    return best, epoch, (min(most, fewest), most)
 
 
 def _seconds(value: Any) -> float | None:
@@ -210,15 +266,12 @@ def _seconds(value: Any) -> float | None:
     return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
 
 
-def _batch_size(run_dir: Path) -> int:
-    """``batch_size`` of the run's ``config.yaml`` (0 when unreadable): the batch of a stage cut short, whose
-    summary has none."""
-    import yaml
-
+def _batch_size(values: dict[str, Any] | None) -> int:
+    """``batch_size`` of a run's ``config.yaml`` ``values`` (0 when unreadable): the batch of a stage cut short,
+    whose summary has none."""
     try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
-        return int(config.get("batch_size") or 0)
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError):
+        return int((values or {}).get("batch_size") or 0)
+    except (TypeError, ValueError):
         return 0
 
 
@@ -251,14 +304,22 @@ def _percent(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}"
 
 
+def epochs_left_text(left: tuple[int, int] | None) -> str:
+    """``RunProgress.epochs_left`` as a table cell: ``6–61``, ``10`` when both are equal, empty when not known."""
+    if left is None:
+        return ""
+    return str(left[0]) if left[0] == left[1] else f"{left[0]}–{left[1]}"
+
+
 def progress_table(runs: list[RunProgress]) -> str:
-    """A Markdown table of ``runs``: status, stage, epochs per stage, accuracies (%), slices, seconds."""
-    lines = ["| run | status | stage | epochs | last val % | best val % | test % | slices | seconds |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    """A Markdown table of ``runs``: status, stage, epochs per stage, the epochs early stopping can still give the
+    stage (fewest–most), accuracies (%), slices, seconds."""
+    lines = ["| run | status | stage | epochs | epochs left in stage | last val % | best val % | test % | slices | seconds |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         epochs = ", ".join(f"{stage} {count}" for stage, count in run.epochs.items())
         lines.append(f"| {_cell(run.run)} | {_cell(run.status)} | {_cell(str(run.stage or ''))} | {_cell(epochs)} | "
-                     f"{_percent(run.val_accuracy)} | "
+                     f"{epochs_left_text(run.epochs_left)} | {_percent(run.val_accuracy)} | "
                      f"{_percent(run.best_val_accuracy)} | {_percent(run.test_accuracy)} | {run.slices} | "
                      f"{run.seconds:g} |")
     changed = [run.run for run in runs if run.data_changes]
@@ -311,13 +372,11 @@ def progress_figure(batch_dir: str | Path, runs: list[RunProgress] | None = None
 
 def _paper_average(run_dir: Path) -> float | None:
     """The MLCL paper's Table 1 average (percent) for the encoder and setup in ``run_dir/config.yaml``, if any."""
-    import yaml
-
     from rpm_lib.results import paper_row
 
+    values = run_config(run_dir)
     try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text())
-        row = paper_row(str(config["encoder"]), str(config["setup"]))
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):  # ValueError: bytes that are not UTF-8
+        row = paper_row(str(values["encoder"]), str(values["setup"]))
+    except (KeyError, TypeError, ValueError):  # TypeError: no readable config.yaml
         return None
     return None if row is None else row.average

@@ -46,7 +46,7 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     rows = [line for line in progress.splitlines() if line.startswith("| main/")]
     assert len(rows) == 5 and all("| finished |" in row for row in rows), progress
     # Three at a time: the runs slice 0 started continued in slice 1 (the others started there).
-    assert sum(row.split("|")[8].strip() == "2" for row in rows) >= 1, progress
+    assert sum(row.split("|")[9].strip() == "2" for row in rows) >= 1, progress
     assert "| SCL | MLCL+AUG |" in reports["table1.md"]
     info = json.loads(reports["slice.json"])
     assert info["exit_status"] == 0 and info["opencv"].count(".") == 2 and info["numpy"]  # the pixels' makers
@@ -328,8 +328,8 @@ def test_the_standing_gives_each_run_s_stage_and_the_epochs_early_stopping_can_s
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]] for line in lines[4:]}
     assert rows["CE"] == ["finished", "supervised", "5", "0.500 (2)", "–", "54.0", "84.7", "82.8 ± 0.7"]
     # lowest 0.4 after epoch 2; patience 3 ends the stage after epoch 5 at the earliest: 1 more of 4 done; at most 16
-    assert rows["CE+AUX-sparse"] == ["unfinished", "supervised", "4", "0.400 (2)", "1, 16", "53.0", "", "95.9 ± 0.3"]
-    assert rows["MLCL"] == ["unfinished", "pretrain (linear)", "3", "5.500 (3)", "3, 17", "", "", "95.7 ± 0.5"]
+    assert rows["CE+AUX-sparse"] == ["unfinished", "supervised", "4", "0.400 (2)", "1–16", "53.0", "", "95.9 ± 0.3"]
+    assert rows["MLCL"] == ["unfinished", "pretrain (linear)", "3", "5.500 (3)", "3–17", "", "", "95.7 ± 0.5"]
     assert record.standing_markdown(None, entries) is None
 
 

@@ -145,6 +145,57 @@ def test_progress_names_runs_that_went_on_with_other_pixels(tmp_path: Path, caps
     assert [run["data_changes"] for run in json.loads(capsys.readouterr().out)] == [0, 1]
 
 
+def test_reading_a_batch_s_progress_does_not_import_lightning() -> None:
+    # `rpm-batch progress` and the live watcher run beside training, often many times a slice: Lightning's import
+    # (seconds on a slow host) is not theirs to pay
+    import subprocess
+    import sys
+
+    code = "import sys, rpm_lib.run_progress, rpm_lib.live_progress; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+
+
+def test_early_stopping_is_replayed_from_the_validation_losses() -> None:
+    from rpm_lib.run_progress import early_stopping_standing
+
+    assert early_stopping_standing([0.9, 0.5, 0.6, 0.5, 0.7], patience=3, min_delta=0.0) == (0.5, 2, 3)  # a tie waits
+    assert early_stopping_standing([0.9, 0.5, 0.45], patience=3, min_delta=0.1) == (0.5, 2, 1)  # 0.05 lower: not better
+    assert early_stopping_standing([1.0, float("nan"), 0.8], patience=3, min_delta=0.0) == (0.8, 3, 0)
+    assert early_stopping_standing([], patience=3, min_delta=0.0) == (None, None, 0)
+
+
+def test_progress_says_how_many_epochs_early_stopping_can_still_give_a_stage(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(name: str, config: str, history: str, progress: dict[str, Any], finished: bool = False) -> None:
+        folder = tmp_path / "batch" / name
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text(config)
+        (folder / "history.csv").write_text("stage,epoch,val_loss,val_accuracy\n" + history)
+        (folder / "progress.json").write_text(json.dumps(progress))
+        if finished:
+            (folder / "metrics.json").write_text(json.dumps({"test_accuracy": 0.5}))
+
+    unfinished = {"status": "unfinished", "slices": [{"ended_in": "supervised"}]}
+    # best 0.4 at epoch 2 of 4; patience 3 ends the stage after epoch 5 at the earliest; the limit after epoch 20
+    run("a", "setup: ce\nmax_epochs: 20\npatience: 3\n",
+        "supervised,0,0.9,0.5\nsupervised,1,0.4,0.6\nsupervised,2,0.6,0.6\nsupervised,3,0.4,0.6\n", unfinished)
+    # pre-training done, linear evaluation not begun: its first epoch sets the best, `patience` more can end it
+    run("b", "setup: mlcl\nmax_epochs: 20\nlinear_eval_epochs: 8\npatience: 3\n", "pretrain,0,7.0,\n",
+        {"status": "unfinished", "slices": [{"ended_in": "linear"}]})
+    run("c", "setup: ce\nmax_epochs: 2\npatience: 3\n", "supervised,0,0.9,0.5\nsupervised,1,0.8,0.6\n",
+        unfinished, finished=True)
+    run("d", "setup: no_such_setup\n", "supervised,0,0.9,0.5\n", unfinished)  # not a TrainConfig: not known
+    assert batch.main(["progress", str(tmp_path / "batch"), "--json"]) == 0
+    reported = {run["run"]: run for run in json.loads(capsys.readouterr().out)}
+    assert reported["a"]["epochs_left"] == [1, 16] and reported["a"]["best_val_loss_epoch"] == 2
+    assert reported["b"]["epochs_left"] == [4, 8] and reported["b"]["best_val_loss"] is None
+    assert reported["c"]["epochs_left"] is None and reported["c"]["best_val_loss"] == 0.8
+    assert reported["d"]["epochs_left"] is None and reported["d"]["status"] == "unfinished"
+    assert batch.main(["progress", str(tmp_path / "batch")]) == 0
+    rows = {line.split("|")[1].strip(): line.split("|")[5].strip() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows == {"a": "1–16", "b": "4–8", "c": "", "d": ""}
+
+
 def test_progress_gives_the_last_slice_s_seconds_to_the_first_step_in_its_json_out_file(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     records = {"a": [{"ended_in": "supervised", "first_step_s": 40.0},

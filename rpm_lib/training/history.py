@@ -1,5 +1,5 @@
 """``history.csv``, a run's per-epoch record: its columns and its two readings (rows for resuming, columns
-for plotting). Written by :class:`rpm_lib.training.callbacks.HistoryCallback`; light to import (no torch)."""
+for plotting). Written by :class:`rpm_lib.training.callbacks.HistoryCallback`; light to import (no Lightning)."""
 from __future__ import annotations
 
 import csv
