@@ -14,13 +14,16 @@ cluster that share the folder. What it reads is what a run keeps up to date anyw
   period as ``no progress for N min`` (it is not stopped: a long epoch or evaluation looks the same).
 
 Times are measured with this process's clock (when a change was seen), never from file times, so a cluster's
-skewed clocks do not matter. ETAs are estimates: the epochs left up to each stage's limit (early stopping can
-only make a run shorter) times the seconds per epoch measured so far (of that stage when it has run, else of the
-latest measured stage); the grid's adds the runs not yet started (their epoch limits when known, else the
+skewed clocks do not matter. ETAs are estimates: the epochs left up to each stage's limit times the seconds per
+epoch measured so far (of that stage when it has run, else of the latest measured stage). Where early stopping
+could end a run sooner, its ETA is a range that starts with the fewest epochs early stopping leaves
+(``rpm_lib.training.early_stopping``, replayed from the validation losses in ``history.csv`` with the run's
+``patience`` and ``min_delta``). The grid's adds the runs not yet started (their epoch limits when known, else the
 average run) shared among the runs executed at once.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rpm_lib.training import early_stopping
 from rpm_lib.training.history import history_rows
 
 #: Default seconds between two looks at the run folders.
@@ -134,6 +138,8 @@ class _Run:
     own_plan: bool = False
     end_marks: dict[str, int | None] = field(default_factory=dict)  # END_FILES' mtime_ns when it started
     views: dict[str, int] | None = None  # views per RPM of each stage, when known
+    losses: dict[str, list[float]] = field(default_factory=dict)  # stage -> validation loss of each epoch (NaN: none)
+    stopping: tuple[int, float] | None = None  # (patience, min_delta) from the run's config.yaml, when known
 
     def plan(self) -> dict[str, int] | None:
         """The epoch limits, from the run's own ``config.yaml`` once it has one."""
@@ -142,14 +148,18 @@ class _Run:
             own = None if values is None else stage_epochs(values)
             if own is not None:
                 self.planned, self.views, self.own_plan = own, stage_views(values), True
+                config = train_config(values)
+                self.stopping = (config.patience, config.min_delta)
         return self.planned
 
     def view_count(self, stage: str) -> int:
         return max(1, (self.views or {}).get(stage, 1))
 
-    def remaining_seconds(self, fallback_per_view: float | None) -> float | None:
+    def remaining_seconds(self, fallback_per_view: float | None, fewest: bool = False) -> float | None:
         """Estimated seconds left in training (None: no epoch limit or no measured rate yet). A stage not measured
-        yet costs the latest measured stage's seconds per epoch and view times its own views."""
+        yet costs the latest measured stage's seconds per epoch and view times its own views. Every stage runs to
+        its epoch limit; with ``fewest`` (and the run's early-stopping settings known), each ends as soon as early
+        stopping can end it (:func:`rpm_lib.training.early_stopping.epochs_left`)."""
         plan = self.planned
         rates = {stage: sum(v) / len(v) for stage, v in self.epoch_seconds.items() if v}
         measured = self.last_stage if self.last_stage in rates else (list(rates)[-1] if rates else None)
@@ -162,7 +172,11 @@ class _Run:
         for position, stage in enumerate(stages):
             if position < current:
                 continue
-            epochs = max(0, plan[stage] - self.done.get(stage, 0)) if position == current else plan[stage]
+            done = self.done.get(stage, 0) if position == current else 0
+            epochs = max(0, plan[stage] - done)
+            if fewest and self.stopping is not None:
+                losses = self.losses.get(stage, []) if position == current else []
+                epochs = early_stopping.epochs_left(losses, done, plan[stage], *self.stopping)[0]
             left += epochs * rates.get(stage, per_view * self.view_count(stage))
         return left
 
@@ -308,13 +322,16 @@ class LiveProgress:
         run.end_marks = {name: _mtime_ns(run.run_dir / name) for name in END_FILES}
 
     def _absorb(self, run: _Run, rows: list[dict[str, str]]) -> list[dict[str, str]]:
-        """Record ``rows``; returns those not seen before."""
+        """Record ``rows`` (all of ``history.csv``); returns those not seen before."""
         new = []
+        run.losses = {}
         for row in rows:
             try:
                 key = (row["stage"], int(row["epoch"]))
             except (KeyError, TypeError, ValueError):
                 continue
+            loss = _number(row.get("val_loss"))
+            run.losses.setdefault(key[0], []).append(math.nan if loss is None else loss)
             run.done[key[0]] = max(run.done.get(key[0], 0), key[1] + 1)
             run.last_stage = key[0]
             if key not in run.seen:
@@ -342,8 +359,9 @@ class LiveProgress:
             grid = self._grid_seconds()
             if grid is not None:
                 at = time.strftime("%H:%M", time.localtime(time.time() + grid))
-                self.log(f"  first epoch measured ({duration(share)}): the runs' training should end in about "
-                         f"{duration(grid)} on this machine (around {at}; evaluation notebooks come on top)")
+                self.log(f"  first epoch measured ({duration(share)}): the runs' training should end within about "
+                         f"{duration(grid)} on this machine (by {at}; sooner where early stopping ends a run; "
+                         "evaluation notebooks come on top)")
 
     def _epoch_line(self, run: _Run, row: dict[str, str], plan: dict[str, int] | None, now: float) -> str:
         stage, epoch = row["stage"], int(row["epoch"]) + 1
@@ -362,7 +380,9 @@ class LiveProgress:
         parts.append(f"{duration(now - run.started if run.started is not None else 0.0)} elapsed")
         left = run.remaining_seconds(self._mean_epoch_seconds())
         if left is not None:
-            eta = f"ETA run {duration(left)}"
+            soonest = duration(run.remaining_seconds(self._mean_epoch_seconds(), fewest=True) or 0.0)
+            # early stopping may end the run sooner than its epoch limits: from the soonest it can to the limits
+            eta = f"ETA run {soonest + '–' if soonest != duration(left) else ''}{duration(left)}"
             grid = self._grid_seconds()
             others = any(not other.ended and other is not run for other in self.runs)
             parts.append(eta + (f", grid {duration(grid)}" if grid is not None and others else ""))

@@ -14,6 +14,7 @@ from typing import Any
 
 from rpm_lib.json_files import read_object, read_object_or_empty
 from rpm_lib.live_progress import run_config, stage_epochs, train_config
+from rpm_lib.training import early_stopping
 from rpm_lib.training.history import history_rows
 
 #: ``progress.json`` status values (written by ``rpm_lib.training.run``).
@@ -127,28 +128,6 @@ class RunProgress:
     epochs_left: tuple[int, int] | None = None
 
 
-def early_stopping_standing(losses: list[float], patience: int, min_delta: float) -> tuple[float | None, int | None,
-                                                                                           int]:
-    """Replays early stopping (Lightning's ``EarlyStopping``, mode ``min``) over a stage's validation losses.
-
-    Args:
-        losses: the validation loss of each finished epoch of the stage, in order (NaN for an epoch without one).
-        patience: epochs in a row without a better loss that end the stage.
-        min_delta: how much lower a loss must be than the best so far to count as better.
-
-    Returns:
-        (best loss, its epoch counted from 1, epochs since then without a better one); (None, None, epochs) when
-        no epoch had a finite loss.
-    """
-    best, epoch, waited = math.inf, None, 0
-    for number, loss in enumerate(losses, start=1):
-        if loss < best - min_delta:  # False for NaN: a stage without a loss waits, as EarlyStopping counts it
-            best, epoch, waited = loss, number, 0
-        else:
-            waited += 1
-    return (None if epoch is None else best), epoch, waited
-
-
 def run_progress(run_dir: str | Path, batch_dir: str | Path | None = None) -> RunProgress:
     """The standing of the run in ``run_dir`` (named relative to ``batch_dir`` when given).
 
@@ -251,14 +230,13 @@ def _early_stopping(values: dict[str, Any] | None, status: str, stage: str | Non
     config = None if values is None else train_config(values)
     if config is None or stage is None:
         return None, None, None
-    best, epoch, waited = early_stopping_standing(losses.get(stage, []), config.patience, config.min_delta)
+    stage_losses = losses.get(stage, [])
+    standing = early_stopping.replay(stage_losses, config.min_delta)
     limit = (stage_epochs(values) or {}).get(stage)
     if status == FINISHED or limit is None:
-        return best, epoch, None
-    most = max(0, limit - epochs.get(stage, 0))
-    # before a stage's first loss, its first epoch sets the best and `patience` more can end it
-    fewest = config.patience + 1 if epoch is None else max(0, config.patience - waited)
-    return best, epoch, (min(most, fewest), most)
+        return standing.best_loss, standing.best_epoch, None
+    left = early_stopping.epochs_left(stage_losses, epochs.get(stage, 0), limit, config.patience, config.min_delta)
+    return standing.best_loss, standing.best_epoch, left
 
 
 def _seconds(value: Any) -> float | None:

@@ -80,7 +80,7 @@ def test_epoch_lines_carry_stage_epoch_losses_elapsed_and_etas(tmp_path):
     # one epoch in 30 s, 2 left: 60 s for this run; run b: 5 epochs at 30 s each, one run at a time
     assert lines[0] == ("  [1/2] main/a supervised epoch 1/3: train loss 2.0794, val acc 12.5%, 30 s elapsed, "
                         "ETA run 1m00s, grid 3m30s")
-    assert lines[1].startswith("  first epoch measured (30 s): the runs' training should end in about 3m30s")
+    assert lines[1].startswith("  first epoch measured (30 s): the runs' training should end within about 3m30s")
     clock.now = 50.0
     _write_history(a, [_row("supervised", 0, 2.0794, 2.07, 0.125), _row("supervised", 1, 1.5, 1.6, 0.4)])
     watcher.poll()
@@ -92,6 +92,34 @@ def test_epoch_lines_carry_stage_epoch_losses_elapsed_and_etas(tmp_path):
     assert lines[3] == ("  [2/2] main/b pretrain epoch 1/3: train loss 7.5000, val loss 7.9000, 40 s elapsed, "
                         "ETA run 2m40s")  # the last run: no grid ETA of its own
     assert len(lines) == 4
+
+
+def test_a_run_s_eta_runs_from_the_soonest_early_stopping_can_end_it_to_its_epoch_limits(tmp_path):
+    # MLCL: 10 pre-training epochs, then at most 10 linear ones; patience 2
+    lines: list[str] = []
+    clock = Clock()
+    run = tmp_path / "m"
+    run.mkdir()
+    watcher = LiveProgress([("main/m", run)], lines.append, stall_s=600, clock=clock)
+    (run / "run.json").write_text("{}")
+    (run / "config.yaml").write_text("setup: mlcl\nmax_epochs: 10\npatience: 2\n")
+    watcher.poll()
+    clock.now = 10.0
+    rows = [_row("pretrain", 0, 7.5, 7.0, "")]
+    _write_history(run, rows)
+    watcher.poll()
+    # soonest: 2 more pre-training epochs (patience), then linear evaluation's 1 + 2: 5 x 10 s; at most 9 + 10
+    assert lines[0].endswith("ETA run 50 s–3m10s"), lines[0]
+    clock.now = 20.0
+    rows.append(_row("pretrain", 1, 7.4, 7.2, ""))  # no better: 1 more epoch can end the stage
+    _write_history(run, rows)
+    watcher.poll()
+    assert lines[-1].endswith("ETA run 40 s–3m00s"), lines[-1]
+    clock.now = 30.0
+    rows.append(_row("pretrain", 2, 7.3, 6.0, ""))  # better: the count starts again
+    _write_history(run, rows)
+    watcher.poll()
+    assert lines[-1].endswith("ETA run 50 s–2m50s"), lines[-1]
 
 
 def test_a_stage_of_two_views_is_estimated_at_twice_the_cost_per_epoch(tmp_path):

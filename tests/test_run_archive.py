@@ -155,15 +155,6 @@ def test_reading_a_batch_s_progress_does_not_import_lightning() -> None:
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
-def test_early_stopping_is_replayed_from_the_validation_losses() -> None:
-    from rpm_lib.run_progress import early_stopping_standing
-
-    assert early_stopping_standing([0.9, 0.5, 0.6, 0.5, 0.7], patience=3, min_delta=0.0) == (0.5, 2, 3)  # a tie waits
-    assert early_stopping_standing([0.9, 0.5, 0.45], patience=3, min_delta=0.1) == (0.5, 2, 1)  # 0.05 lower: not better
-    assert early_stopping_standing([1.0, float("nan"), 0.8], patience=3, min_delta=0.0) == (0.8, 3, 0)
-    assert early_stopping_standing([], patience=3, min_delta=0.0) == (None, None, 0)
-
-
 def test_progress_says_how_many_epochs_early_stopping_can_still_give_a_stage(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def run(name: str, config: str, history: str, progress: dict[str, Any], finished: bool = False) -> None:

@@ -468,6 +468,7 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callback
         dirpath=stage_dir, filename="best", monitor="val/loss", mode="min", save_top_k=1, save_last=True,
         auto_insert_metric_name=False, enable_version_counter=False,
     )
+    # rpm_lib.training.early_stopping replays this callback's rule from history.csv (rpm-batch progress, ETAs)
     early_stopping = EarlyStopping(monitor="val/loss", mode="min", patience=config.patience,
                                    min_delta=config.min_delta, check_finite=True)
     history = HistoryCallback(Path(config.run_dir) / "history.csv", plan.name)
