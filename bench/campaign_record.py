@@ -347,15 +347,11 @@ def standing_markdown(state: Path | None, entries: list[dict]) -> str | None:
             f"| {SETUPS[values['setup']].label if values.get('setup') in SETUPS else run.run}", run.status,
             f"{run.stage or ''}{to_come}", str(run.epochs.get(run.stage or "", 0)),
             "" if run.best_val_loss is None else f"{run.best_val_loss:.3f} ({run.best_val_loss_epoch})",
-            run_progress.epochs_left_text(run.epochs_left) or "–", _percent(run.best_val_accuracy),
-            _percent(run.test_accuracy),
+            run_progress.epochs_left_text(run.epochs_left) or "–", run_progress.percent(run.best_val_accuracy),
+            run_progress.percent(run.test_accuracy),
             "" if paper is None else f"{paper.average:.1f} ± {paper.std:.1f}" if paper.std is not None
             else f"{paper.average:.1f}"]) + " |")
     return "\n".join(lines)
-
-
-def _percent(fraction: float | None) -> str:
-    return "" if fraction is None else f"{100 * fraction:.1f}"
 
 
 def _replace_between(text: str, marker: str, body: str) -> str:

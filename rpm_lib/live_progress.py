@@ -71,12 +71,11 @@ def train_config(values: Mapping[str, Any]) -> Any:
         return None
 
 
-def _stage_plans(values: Mapping[str, Any]) -> list[Any] | None:
-    """The stages (``StagePlan``, in order, epoch limits cut by ``max_total_epochs``) of the training a mapping of
-    TrainConfig fields describes (see :func:`train_config`). None when the values are not a valid TrainConfig."""
+def _plans_of(config: Any) -> list[Any] | None:
+    """The stages (``StagePlan``, in order, epoch limits cut by ``max_total_epochs``) of ``config`` (a
+    ``TrainConfig`` from :func:`train_config`); None when there is none."""
     from rpm_lib.training.setups import stage_plan, within_total_epochs
 
-    config = train_config(values)
     if config is None:
         return None
     try:
@@ -91,17 +90,29 @@ def _stage_plans(values: Mapping[str, Any]) -> list[Any] | None:
     return kept
 
 
-def stage_epochs(values: Mapping[str, Any]) -> dict[str, int] | None:
-    """Epoch limit of each stage (in order) of the training ``values`` describe (see :func:`_stage_plans`)."""
-    plans = _stage_plans(values)
+def _epochs_of(plans: list[Any] | None) -> dict[str, int] | None:
     return None if plans is None else {plan.name: plan.max_epochs for plan in plans}
+
+
+def _views_of(plans: list[Any] | None) -> dict[str, int] | None:
+    return None if plans is None else {plan.name: plan.num_views for plan in plans}
+
+
+def epoch_limits(config: Any) -> dict[str, int] | None:
+    """Epoch limit of each stage (in order) of ``config`` (a ``TrainConfig`` from :func:`train_config`, or None)."""
+    return _epochs_of(_plans_of(config))
+
+
+def stage_epochs(values: Mapping[str, Any]) -> dict[str, int] | None:
+    """Epoch limit of each stage (in order) of the training a mapping of TrainConfig fields describes (see
+    :func:`train_config`); None when the values are not a valid TrainConfig."""
+    return epoch_limits(train_config(values))
 
 
 def stage_views(values: Mapping[str, Any]) -> dict[str, int] | None:
     """Views per RPM of each stage (MLCL pre-training: 2): an epoch's cost scales with them, so a stage not yet
     measured is estimated from a measured one per view."""
-    plans = _stage_plans(values)
-    return None if plans is None else {plan.name: plan.num_views for plan in plans}
+    return _views_of(_plans_of(train_config(values)))
 
 
 def run_config(run_dir: Path) -> dict[str, Any] | None:
@@ -145,10 +156,10 @@ class _Run:
         """The epoch limits, from the run's own ``config.yaml`` once it has one."""
         if self.started is not None and not self.own_plan:
             values = run_config(self.run_dir)
-            own = None if values is None else stage_epochs(values)
-            if own is not None:
-                self.planned, self.views, self.own_plan = own, stage_views(values), True
-                config = train_config(values)
+            config = None if values is None else train_config(values)
+            plans = _plans_of(config)
+            if plans is not None:
+                self.planned, self.views, self.own_plan = _epochs_of(plans), _views_of(plans), True
                 self.stopping = (config.patience, config.min_delta)
         return self.planned
 
@@ -378,9 +389,10 @@ class LiveProgress:
             if val_loss is not None:
                 parts.append(f"val loss {val_loss:.4f}")
         parts.append(f"{duration(now - run.started if run.started is not None else 0.0)} elapsed")
-        left = run.remaining_seconds(self._mean_epoch_seconds())
+        mean = self._mean_epoch_seconds()
+        left = run.remaining_seconds(mean)
         if left is not None:
-            soonest = duration(run.remaining_seconds(self._mean_epoch_seconds(), fewest=True) or 0.0)
+            soonest = duration(run.remaining_seconds(mean, fewest=True) or 0.0)
             # early stopping may end the run sooner than its epoch limits: from the soonest it can to the limits
             eta = f"ETA run {soonest + '–' if soonest != duration(left) else ''}{duration(left)}"
             grid = self._grid_seconds()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rpm_lib.json_files import read_object, read_object_or_empty
-from rpm_lib.live_progress import run_config, stage_epochs, train_config
+from rpm_lib.live_progress import epoch_limits, run_config, train_config
 from rpm_lib.training import early_stopping
 from rpm_lib.training.history import history_rows
 
@@ -232,7 +232,7 @@ def _early_stopping(values: dict[str, Any] | None, status: str, stage: str | Non
         return None, None, None
     stage_losses = losses.get(stage, [])
     standing = early_stopping.replay(stage_losses, config.min_delta)
-    limit = (stage_epochs(values) or {}).get(stage)
+    limit = (epoch_limits(config) or {}).get(stage)
     if status == FINISHED or limit is None:
         return standing.best_loss, standing.best_epoch, None
     left = early_stopping.epochs_left(stage_losses, epochs.get(stage, 0), limit, config.patience, config.min_delta)
@@ -278,7 +278,8 @@ def _cell(text: str) -> str:
     return " ".join(text.splitlines()).replace("|", "\\|")
 
 
-def _percent(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A fraction as a table cell in percent with one decimal (empty for None)."""
     return "" if value is None else f"{100 * value:.1f}"
 
 
@@ -297,8 +298,8 @@ def progress_table(runs: list[RunProgress]) -> str:
     for run in runs:
         epochs = ", ".join(f"{stage} {count}" for stage, count in run.epochs.items())
         lines.append(f"| {_cell(run.run)} | {_cell(run.status)} | {_cell(str(run.stage or ''))} | {_cell(epochs)} | "
-                     f"{epochs_left_text(run.epochs_left)} | {_percent(run.val_accuracy)} | "
-                     f"{_percent(run.best_val_accuracy)} | {_percent(run.test_accuracy)} | {run.slices} | "
+                     f"{epochs_left_text(run.epochs_left)} | {percent(run.val_accuracy)} | "
+                     f"{percent(run.best_val_accuracy)} | {percent(run.test_accuracy)} | {run.slices} | "
                      f"{run.seconds:g} |")
     changed = [run.run for run in runs if run.data_changes]
     if changed:
