@@ -1,10 +1,49 @@
-"""Reading the JSON records of run and batch folders (``progress.json``, ``metrics.json``, ...): one object, or one
-line naming the file. These files come from shared folders, so their content is checked, never trusted."""
+"""The JSON records of run, batch and data folders (``progress.json``, ``metrics.json``, ``generator.json``, ...).
+
+Reading: one object, or one line naming the file; these files come from shared folders, so their content is
+checked, never trusted. Writing: ``write_object``, the one atomic JSON write of rpm_lib, so that a kill or a full
+disk never leaves a half-written record under its final name.
+"""
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def write_object(path: str | os.PathLike, value: Any, *, indent: int | None = 2,
+                 separators: tuple[str, str] | None = None, sort_keys: bool = False, fsync: bool = True,
+                 default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> None:
+    """Write ``value`` as JSON (and a final newline) to ``path`` atomically.
+
+    The text goes to a hidden temporary file in the same folder (so the rename is atomic and no loader's glob
+    matches it), is flushed to disk (``fsync``), then renamed over ``path``; the temporary file is removed when
+    anything fails, a kill aside.
+
+    Args:
+        path: the record's final name.
+        value: anything ``json.dumps`` takes.
+        indent, separators, sort_keys, default, allow_nan: as ``json.dumps`` (records people read are indented;
+            large machine records are compact).
+        fsync: flush the bytes to disk before the rename (a record that resuming relies on); False where the file
+            is rebuilt from scratch anyway when lost.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    text = json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, default=default,
+                      allow_nan=allow_nan) + "\n"
+    try:
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "",

@@ -13,49 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from rpm_lib.json_files import read_object, read_object_or_empty
+from rpm_lib.run_folder import (FINISHED, RUN_LOCK, STOP_FILE, UNFINISHED, UNFINISHED_EXIT_CODE,  # noqa: F401
+                                  recorded_weights, stopped_by_budget, weights_record)
 from rpm_lib.live_progress import epoch_limits, run_config, train_config
 from rpm_lib.training import early_stopping
 from rpm_lib.training.history import history_rows
-
-#: ``progress.json`` status values (written by ``rpm_lib.training.run``).
-FINISHED, UNFINISHED = "finished", "unfinished"
-#: Exit status of ``rpm-train`` and ``rpm-batch`` when a time budget ended work that a rerun continues:
-#: EX_TEMPFAIL of sysexits.h, "try again later".
-UNFINISHED_EXIT_CODE = 75
-#: A run folder's write lock (``rpm_lib.folder_lock``), held by the process that trains in it (``train``); an
-#: ``rpm-batch unpack --overwrite`` over the folder waits for no one: it is refused while the lock is held.
-RUN_LOCK = ".rpm-train.lock"
-#: A file of this name in a run folder asks the run to stop at its next step boundary, as if its time budget had
-#: ended (``rpm_lib.training.time_budget``). Written by a signal handler (``rpm_lib.training.stop_signals``), by
-#: ``rpm-batch`` on SLURM when the scheduler signals, and by ``rpm-batch --time-budget`` for a run still going
-#: after the batch's budget (``rpm_lib.batch``); ``train`` removes a request left from an earlier call.
-STOP_FILE = "stop.request"
-
-
-def weights_record(run_dir: Path, path: Path) -> str:
-    """How ``progress.json`` records a stage's checkpoint ``path``: relative to ``run_dir``, so the folder can move.
-
-    Both are resolved first: Lightning hands back checkpoint paths made absolute, while ``run_dir`` may be relative
-    (the default ``runs/train``) or reached through a symbolic link.
-    """
-    folder, target = run_dir.resolve(), path.resolve()
-    if not target.is_relative_to(folder):
-        raise ValueError(f"checkpoint {path} is outside the run folder {run_dir}")  # checkpoints/ is always inside
-    return target.relative_to(folder).as_posix()
-
-
-def recorded_weights(run_dir: Path, weights: Any) -> Path | None:
-    """The checkpoint that a ``progress.json`` stage names as ``weights``, resolved; None unless it lies in ``run_dir``.
-
-    A shared run folder is untrusted input: its record must not point at a file elsewhere. Paths are recorded
-    relative to the folder; an absolute one counts where it resolves inside the folder (runs started with a
-    relative ``run_dir`` before 2026-11-27 recorded such paths).
-    """
-    if not isinstance(weights, str) or not weights:
-        return None
-    path = (run_dir / weights).resolve()
-    return path if path.is_relative_to(run_dir.resolve()) else None
-
 
 #: What a damaged record raises while it is read here (wrong types, missing columns, bad numbers, bad bytes).
 _DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError, UnicodeDecodeError, csv.Error)
@@ -64,14 +26,6 @@ _DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError, UnicodeD
 def _record(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; {} when absent. Raises ``ValueError`` naming the file when it is not one."""
     return read_object(path, ValueError, missing_ok=True, shown=path.name)
-
-
-def stopped_by_budget(run_dir: str | Path) -> bool:
-    """Whether the run in ``run_dir`` has no result yet because a time budget stopped it (``progress.json``)."""
-    run_dir = Path(run_dir)
-    if (run_dir / "metrics.json").is_file():
-        return False
-    return read_object_or_empty(run_dir / "progress.json").get("status") == UNFINISHED
 
 
 @dataclass(frozen=True)

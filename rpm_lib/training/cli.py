@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "rerun with resume=true once that is fixed", file=sys.stderr)
         return 1
     if metrics.get("status") == "unfinished":
-        from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
+        from rpm_lib.run_folder import UNFINISHED_EXIT_CODE
 
         from rpm_lib.training.time_budget import describe_unfinished
 

@@ -54,7 +54,7 @@ from rpm_lib.training.distributed import release_process_group
 from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
 from rpm_lib.checkpoints import load_plain
 from rpm_lib.json_files import read_object
-from rpm_lib.run_progress import FINISHED, RUN_LOCK, UNFINISHED, recorded_weights, weights_record
+from rpm_lib.run_folder import FINISHED, RUN_LOCK, UNFINISHED, recorded_weights, weights_record
 from rpm_lib.training.stop_signals import KeepStopSignals, stop_on_signals
 from rpm_lib.training.time_budget import STOP_FILE, Deadline, TimeBudgetReached, TimeBudgetStop, stage_start_seconds
 from rpm_lib.training.history import history_rows

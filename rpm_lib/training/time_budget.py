@@ -23,7 +23,7 @@ from typing import Any
 
 import lightning as L
 
-from rpm_lib.run_progress import STOP_FILE
+from rpm_lib.run_folder import STOP_FILE
 
 #: Predicted durations are multiplied by this before they are compared with the time left.
 SAFETY_FACTOR = 1.5
