@@ -10,7 +10,7 @@ export NO_ALBUMENTATIONS_UPDATE := 1
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: install test test-browser test-slurm demo bench clean-venv dev device-wheels
+.PHONY: install test test-browser test-slurm demo bench clean-venv dev gpu-wheels
 
 # The exact pins of requirements.txt first, then rpm_lib itself with --no-deps: pyproject.toml only declares
 # compatible ranges (for `pip install .` elsewhere), which tests/test_packaging.py keeps admitting these pins.
@@ -26,7 +26,10 @@ install: $(STAMP)
 dev: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 
+# ruff (pyproject.toml [tool.ruff]) and the layers of rpm_lib (import-linter, [tool.importlinter]) before the suite.
 test: $(STAMP)
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest tests -q -p no:cacheprovider --timeout=900
 
 # Only the notebooks in JupyterLab in headless Chromium (Debian: `apt-get install -y chromium`; skipped with
@@ -47,14 +50,10 @@ bench: $(STAMP)
 	$(PY) bench/bench_generate.py
 	$(PY) bench/bench_models.py
 
-# Wheels a GPU machine without network needs (everything rpm_lib uses beyond its image), into .device/wheels.
-# Issue 20's reference version, whose one run bench/bench_concurrent_runs.py trains first on the GPU (--baseline-code)
-BASELINE_REV ?= ce69914
-device-wheels: $(STAMP)
-	$(PY) bench/device_wheels.py --out .device/wheels
-	rm -rf .device/baseline && mkdir -p .device/baseline
-	git archive $(BASELINE_REV) rpm_lib bench | tar -x -C .device/baseline
-	echo $(BASELINE_REV) > .device/baseline/REVISION
+# Wheels a GPU machine without network needs (everything rpm_lib uses beyond its image), into .gpu/wheels:
+# copy .gpu there with the checkout, then `bash tools/gpu_check.sh` or `bash tools/campaign/gpu_slice.sh`.
+gpu-wheels: $(STAMP)
+	$(PY) tools/gpu_wheels.py --out .gpu/wheels
 
 clean-venv:
 	rm -rf $(VENV)

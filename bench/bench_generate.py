@@ -24,6 +24,19 @@ per configuration, each (regime, configuration) the best of ``--repeats`` rounds
 a shared machine out of the ratios. Target: every regime >= 0.8x plain end to end (the generator's rate as
 the README's generator table measures it: complete files written); generation alone is reported beside it.
 
+Side by side with another generator (``--reference DIR``): DIR is a checkout of a generator with I-RAVEN's command
+line and file format, e.g. ``mikomel/raven-datasets`` (the maintained Python 3 I-RAVEN generator; its script is
+``I-RAVEN/main.py``) or the original Python 2 one (``--reference-python python2``). Its
+``main.py --num-samples N --save-dir D --seed S`` and ``rpm-generate --num-per-config N --out D --seed S
+--workers 1`` run as the commands a user runs (wall clock, process start-up included), on all seven
+configurations, with the same problem count, alternating which goes first round by round (``--reference-rounds``);
+each round starts from empty folders. Reported: the median seconds of each, problems/s, and the ratio
+(rpm_lib's problems/s over the reference's), for plain I-RAVEN and, when the reference's script knows ``--mesh``,
+for I-RAVEN-Mesh (``--mesh 2`` there, ``--mesh`` here). A speed claim against another program is this ratio,
+measured in one run on one machine. With ``--reference`` only this part runs unless ``--parts`` names others.
+
+    .venv/bin/python bench/bench_generate.py --reference ../raven-datasets [--reference-per-config 100]
+
 Prints Markdown tables and the command line.
 """
 from __future__ import annotations
@@ -32,6 +45,8 @@ import argparse
 import os
 import platform
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +68,8 @@ TARGET_PER_PROCESS = 180.0
 TARGET_FULL_SET_MIN = 5.0
 TARGET_REGIME_RATIO = 0.8
 PARTS = ("one", "pool", "regimes")
+#: The part that runs another generator beside rpm_lib's (``--reference``).
+REFERENCE_PART = "reference"
 
 
 def _generate_seconds(configuration: str, regime: str, per_config: int, seed: int) -> float:
@@ -140,10 +157,86 @@ def bench_one_process(root: Path, per_config: int, seed: int, mode: str) -> list
     return rows
 
 
-def main() -> int:
+def reference_script(folder: Path) -> Path:
+    """The reference generator's ``main.py`` in its checkout ``folder`` (``I-RAVEN/main.py`` as in raven-datasets and
+    the original, or ``main.py`` at the top)."""
+    for script in (folder / "I-RAVEN" / "main.py", folder / "main.py"):
+        if script.is_file():
+            return script
+    raise SystemExit(f"bench_generate: error: --reference {folder}: no I-RAVEN/main.py or main.py there")
+
+
+def _problems_written(folder: Path) -> int:
+    return sum(1 for _ in folder.rglob("*.npz"))
+
+
+def _timed(command: list[str], cwd: Path | None, out: Path, expected: int) -> float:
+    """Wall seconds of ``command`` writing into the empty folder ``out``; it must exit 0 and write ``expected``
+    .npz files (else the times would compare different work)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    began = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"bench_generate: error: `{' '.join(command)}` exited {done.returncode}: {last}")
+    written = _problems_written(out)
+    if written != expected:
+        raise SystemExit(f"bench_generate: error: `{' '.join(command)}` wrote {written} .npz files, not {expected}")
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds
+
+
+def bench_reference(base: Path, reference: Path, python: str, per_config: int, rounds: int,
+                    seed: int) -> list[dict]:
+    """The reference generator and ``rpm-generate`` side by side, for plain I-RAVEN and (when the reference knows
+    ``--mesh``) I-RAVEN-Mesh: per kind, both commands' median wall seconds over ``rounds`` alternating rounds."""
+    script = reference_script(reference)
+    kinds = [("I-RAVEN", [], [])]
+    if "--mesh" in script.read_text(encoding="utf-8", errors="replace"):
+        kinds.append(("I-RAVEN-Mesh", ["--mesh", "2"], ["--mesh"]))
+    expected = per_config * len(ALL_CONFIGURATIONS)
+    rows = []
+    for name, reference_flags, our_flags in kinds:
+        commands = {
+            "reference": ([python, script.name, "--num-samples", str(per_config), "--seed", str(seed),
+                           "--save-dir", str(base / "reference"), *reference_flags], script.parent),
+            "rpm_lib": ([sys.executable, "-m", "rpm_lib.generator.cli", "--num-per-config", str(per_config),
+                         "--seed", str(seed), "--workers", "1", "--quiet", "--out", str(base / "rpm_lib"),
+                         *our_flags], None),
+        }
+        seconds: dict[str, list[float]] = {"reference": [], "rpm_lib": []}
+        for round_index in range(rounds):
+            order = ["reference", "rpm_lib"] if round_index % 2 == 0 else ["rpm_lib", "reference"]
+            for who in order:
+                command, cwd = commands[who]
+                print(f"{name}, round {round_index + 1}/{rounds}: {who} ...", file=sys.stderr)
+                seconds[who].append(_timed(command, cwd, base / who, expected))
+        median = {who: statistics.median(values) for who, values in seconds.items()}
+        rows.append({"kind": name, "problems": expected, "reference_s": median["reference"],
+                     "rpm_lib_s": median["rpm_lib"], "ratio": median["reference"] / median["rpm_lib"]})
+    return rows
+
+
+def print_reference(rows: list[dict], reference: Path, python: str, rounds: int) -> None:
+    print(f"\n## rpm-generate beside the reference generator ({reference}, run with {python}; one process each, "
+          f"wall clock incl. start-up, median of {rounds} alternating rounds)\n")
+    print("| kind | problems per round | reference s | reference problems/s | rpm_lib s | rpm_lib problems/s | "
+          "ratio (rpm_lib / reference) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['kind']} | {r['problems']} | {r['reference_s']:.2f} | {r['problems'] / r['reference_s']:.1f} | "
+              f"{r['rpm_lib_s']:.2f} | {r['problems'] / r['rpm_lib_s']:.1f} | {r['ratio']:.2f}x |")
+    if len(rows) == 1:
+        print("\n(the reference's script has no --mesh: I-RAVEN-Mesh not compared)")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default=",".join(PARTS),
-                        help=f"comma-separated parts to run, of {', '.join(PARTS)} (default: all)")
+    parser.add_argument("--parts", default=None,
+                        help=f"comma-separated parts to run, of {', '.join(PARTS)} and, with --reference, "
+                             f"{REFERENCE_PART} (default: all; with --reference: {REFERENCE_PART})")
     parser.add_argument("--per-config", type=int, default=300, help="problems per configuration (default 300)")
     parser.add_argument("--pool-per-config", type=int, default=1000,
                         help="problems per configuration for the multi-worker run (default 1000)")
@@ -160,11 +253,27 @@ def main() -> int:
     parser.add_argument("--mode", default="balanced", choices=("balanced", "original"))
     parser.add_argument("--keep", default=None, help="write into this folder and keep it (default: a temp folder)")
     parser.add_argument("--tmp", default=None, help="parent folder of the temporary output (default: system temp)")
-    args = parser.parse_args()
+    parser.add_argument("--reference", type=Path, default=None, metavar="DIR",
+                        help="a checkout of another I-RAVEN generator (e.g. mikomel/raven-datasets), timed side by "
+                             "side with rpm-generate")
+    parser.add_argument("--reference-python", default=sys.executable, metavar="PYTHON",
+                        help="the interpreter that runs the reference (default: this one; python2 for the original)")
+    parser.add_argument("--reference-per-config", type=int, default=100,
+                        help="problems per configuration in each side-by-side round (default 100)")
+    parser.add_argument("--reference-rounds", type=int, default=3,
+                        help="alternating rounds of the side-by-side comparison (median of; default 3)")
+    args = parser.parse_args(argv)
+    known = PARTS + ((REFERENCE_PART,) if args.reference is not None else ())
+    if args.parts is None:
+        args.parts = REFERENCE_PART if args.reference is not None else ",".join(PARTS)
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
-    unknown = sorted(set(parts) - set(PARTS))
+    unknown = sorted(set(parts) - set(known))
     if unknown:
-        parser.error(f"--parts: unknown part(s) {', '.join(unknown)}; expected {', '.join(PARTS)}")
+        parser.error(f"--parts: unknown part(s) {', '.join(unknown)}; expected {', '.join(known)}")
+    if args.reference is not None and not args.reference.is_dir():
+        parser.error(f"--reference: {args.reference} is not a folder")
+    if args.reference_per_config < 1 or args.reference_rounds < 1:
+        parser.error("--reference-per-config and --reference-rounds must be at least 1")
     if args.regimes == "all":
         compared = [name for name, regime in REGIMES.items() if regime.held_out or regime.mesh]
     else:
@@ -174,10 +283,14 @@ def main() -> int:
             parser.error(f"--regimes: unknown {', '.join(missing)}")
     names = ["I-RAVEN"] + [name for name in compared if name != "I-RAVEN"]
 
-    command = "python bench/bench_generate.py " + " ".join(sys.argv[1:])
+    command = "python bench/bench_generate.py " + " ".join(sys.argv[1:] if argv is None else argv)
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_generate_", dir=args.tmp))
-    rows = regime_rows = None
+    rows = regime_rows = reference_rows = None
     try:
+        if REFERENCE_PART in parts:
+            reference_rows = bench_reference((base / "side_by_side").resolve(), args.reference.resolve(),
+                                             args.reference_python,
+                                             args.reference_per_config, args.reference_rounds, args.seed)
         if "one" in parts:
             print(f"one process, {args.per_config} problems per configuration ...", file=sys.stderr)
             rows = bench_one_process(base / "one", args.per_config, args.seed, args.mode)
@@ -198,6 +311,8 @@ def main() -> int:
     print(f"\ncommand: `{command}`  ")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared), "
           f"Python {platform.python_version()}, numpy {np.__version__}, OpenCV {cv2.__version__}")
+    if reference_rows is not None:
+        print_reference(reference_rows, args.reference, args.reference_python, args.reference_rounds)
     if rows is not None:
         n_total = sum(r["n"] for r in rows)
         seconds = sum(r["seconds"] for r in rows)

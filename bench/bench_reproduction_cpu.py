@@ -25,8 +25,8 @@ CONFIG = REPO / "configs" / "reproduction_cpu.yaml"
 
 
 def summarise(batch_dir: Path) -> str:
-    """Markdown summary (``rpm_lib.claims.report_markdown``), also written to summary.md / summary.json."""
-    from rpm_lib import claims
+    """Markdown summary (``rpm_lib.results.claims.report_markdown``), also written to summary.md / summary.json."""
+    from rpm_lib.results import claims
 
     report = claims.reproduction_report(batch_dir)
     text = claims.report_markdown(report)

@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rpm_lib.batch import _resolve_command
+from rpm_lib.batch.prepare import resolve_command as _resolve_command
 from rpm_lib.data.fingerprint import data_fingerprint
 
 RECIPES = ("two-step", "direct")

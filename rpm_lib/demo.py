@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run_steps(ctx: DemoContext, names: Sequence[str] | None = None) -> None:
     """Run the named steps (all when None; names from ``STEPS``, which ``main`` checks) in ``STEPS`` order, timing
     each."""
-    from rpm_lib.live_progress import duration
+    from rpm_lib.runs.live import duration
 
     for step in STEPS:
         if names is not None and step.name not in names:
@@ -400,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_config=Path(args.batch_config),
         quick=args.quick,
     )
-    from rpm_lib.live_progress import duration
+    from rpm_lib.runs.live import duration
 
     began = time.perf_counter()
     try:

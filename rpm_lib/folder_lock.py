@@ -42,7 +42,7 @@ def _open_lock_file(lock_file: Path, folder: Path) -> int:
         # O_NOFOLLOW: a link planted at the path fails here (ELOOP) instead of having its target truncated;
         # O_NONBLOCK: a FIFO planted there cannot hang the open.
         handle = os.open(lock_file, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as error:
+    except OSError:
         try:
             kind = _lock_path_kind(os.lstat(lock_file))
         except OSError:

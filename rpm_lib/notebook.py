@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from rpm_lib import rules
 from rpm_lib.results import markdown_table, write_csv
+from rpm_lib.run_folder import CONFIG, METRICS, PREDICTIONS
 
 
 def save_figure(fig: Figure, output_dir: str | Path | None, name: str, dpi: int = 100) -> Path | None:
@@ -145,16 +146,15 @@ def open_run(run_dir: str | Path) -> RunFiles:
     from rpm_lib.training import TrainConfig
 
     path = resolve_path(run_dir)
-    for name in ("config.yaml", "metrics.json"):
+    for name in (CONFIG, METRICS):
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name}: missing (is {path} a finished run folder?)")
-    predictions_path = path / "predictions.npz"
+    predictions_path = path / PREDICTIONS
     predictions = None
     if predictions_path.is_file():
         with np.load(predictions_path, allow_pickle=False) as data:
             predictions = {key: data[key] for key in data.files}
-    return RunFiles(path, TrainConfig.from_yaml(path / "config.yaml"), json.loads((path / "metrics.json").read_text()),
-                    predictions)
+    return RunFiles(path, TrainConfig.from_yaml(path / CONFIG), json.loads((path / METRICS).read_text()), predictions)
 
 
 def accuracy_report(metrics: dict[str, Any], config: Any, output_dir: str | Path | None = None,

@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parameters.update(read)
     parameters.update({name: value for name, value in args.parameter})
 
-    from rpm_lib.batch_config import BatchConfigError, notebook_parameters
+    from rpm_lib.batch.config import BatchConfigError
+    from rpm_lib.batch.notebook import notebook_parameters
 
     try:
         known = notebook_parameters(args.template)
@@ -107,8 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rpm_lib.notebook_execution import execute_notebook, kernel_log_of
 
     try:
-        # the kernel's start-up notes and ipykernel's "KeyboardInterrupt caught in kernel" (jupyter_client interrupts
-        # a kernel before shutting it down) go to a file beside the output, not between this command's lines
+        # what the kernel writes to its standard error (its own log lines, C libraries' chatter) goes to a file
+        # beside the output, not between this command's lines
         execute_notebook(args.template, args.output, parameters, kernel_name=args.kernel, cwd=args.cwd,
                          kernel_stderr=kernel_log_of(args.output))
     except NoSuchKernel:

@@ -1,4 +1,4 @@
-"""Headless notebook execution with papermill, without its two known ways to hang or flood the log.
+"""Headless notebook execution with papermill, without its known ways to hang or flood the log.
 
 Every notebook rpm_lib executes (``make demo``, ``rpm-batch``, the test suite) goes through
 :func:`execute_notebook`. It runs papermill with an engine of our own, :class:`RpmNotebookEngine`,
@@ -15,11 +15,16 @@ which differs from papermill's default ``nbclient`` engine in three places (see 
    the cell's outputs (an ``error`` output makes it an error reply). Cell execution keeps nbclient's own waits, which poll the kernel's
    liveness every few seconds, so a dead kernel is still an error and a long cell is never cut short:
    there is no per-cell timeout unless the caller asks for one.
-2. **The kernel's own standard error can go to a file** (``kernel_stderr``): ipykernel's log lines, among them
-   "KeyboardInterrupt caught in kernel" when jupyter_client interrupts the kernel on its way to shutting it
-   down after the last cell, and what C libraries write to descriptor 2 (ipykernel copies that into the
-   notebook as well). ``rpm-batch`` and ``rpm-notebook`` give each kernel such a file (:func:`kernel_log_of`), so
-   that several kernels do not interleave their chatter in one terminal.
+2. **The kernel's own standard error can go to a file** (``kernel_stderr``): ipykernel's log lines and what
+   C libraries write to descriptor 2 (ipykernel copies that into the notebook as well). ``rpm-batch`` and
+   ``rpm-notebook`` give each kernel such a file (:func:`kernel_log_of`), so that several kernels do not
+   interleave their chatter in one terminal. **The shutdown's interrupt leaves nothing there:** jupyter_client
+   sends the kernel SIGINT before asking it to shut down, and papermill shuts down as soon as the reply to its
+   final ``kernel_info_request`` arrives, while the kernel is still finishing that request. Depending on
+   timing, the interrupt then made ipykernel log "KeyboardInterrupt caught in kernel." or escaped and left a
+   tornado "Uncaught exception in ZMQStream callback" traceback, in the log of a run that went well.
+   :class:`RpmNotebookClient` also waits (within the same ``KERNEL_INFO_TIMEOUT``) for the kernel's ``idle``
+   status after that request; an idle ipykernel ignores SIGINT.
 3. **IPC transport.** Kernels listen on Unix-domain sockets in a private runtime folder instead of
    loopback TCP ports. That removes the "Kernel is running over TCP without encryption" warning that
    ipykernel 7 prints at every start, the chance of two kernels racing for the same free port, and
@@ -33,11 +38,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
-#: Seconds to wait for the ``kernel_info_reply`` after the last cell (it only fills metadata).
+#: Seconds to wait for the ``kernel_info_reply`` after the last cell (it only fills metadata), and then for
+#: the kernel's ``idle`` status after it (so that shutting it down does not interrupt it).
 KERNEL_INFO_TIMEOUT = 30
 #: Seconds to wait for a cell's ``execute_reply`` once the kernel has reported that cell finished (its
 #: ``idle`` status on IOPub). The kernel sends both within milliseconds, so a longer gap means the reply
@@ -126,7 +133,7 @@ def _engine_classes():
                     cell["metadata"]["execution"]["shell.execute_reply"] = timestamp(msg)
                 try:
                     await asyncio.wait_for(task_poll_output_msg, self.iopub_timeout)
-                except (asyncio.TimeoutError, Empty):
+                except (TimeoutError, Empty):
                     if self.raise_on_iopub_timeout:
                         task_poll_kernel_alive.cancel()
                         raise CellTimeoutError.error_from_timeout_and_cell(
@@ -136,7 +143,12 @@ def _engine_classes():
                 return msg
 
         async def _kernel_info_or_none(self) -> dict | None:
-            """The ``kernel_info_reply``, or None when none arrives within ``KERNEL_INFO_TIMEOUT`` s."""
+            """The ``kernel_info_reply``, or None when none arrives within ``KERNEL_INFO_TIMEOUT`` s.
+
+            Returns only once the kernel has also reported itself idle after that request (or the same
+            deadline has passed): the kernel is shut down next, and that must not happen while it is still
+            finishing the request (module docstring, point 2).
+            """
             msg_id = await ensure_async(self.kc.kernel_info())
             deadline = time.monotonic() + KERNEL_INFO_TIMEOUT
             while (left := deadline - time.monotonic()) > 0:
@@ -145,10 +157,37 @@ def _engine_classes():
                 except Empty:
                     continue
                 if msg["parent_header"].get("msg_id") == msg_id:
+                    await self._settled_after(msg_id, deadline)
                     return msg
             self.log.warning("no kernel_info_reply within %s s after the last cell; language_info taken "
                              "from the kernelspec", KERNEL_INFO_TIMEOUT)
             return None
+
+        async def _settled_after(self, msg_id: str, deadline: float) -> None:
+            """Wait (until ``deadline``, a ``time.monotonic()`` value) for the kernel's ``idle`` status on IOPub
+            for request ``msg_id``.
+
+            Why: on shutdown jupyter_client first sends the kernel SIGINT. ipykernel ignores SIGINT while idle,
+            but from the start of a request until just before it publishes ``idle`` it turns SIGINT into
+            KeyboardInterrupt, and it sends the reply before that window closes. Shutting down as soon as
+            the reply arrives (as nbclient does after papermill's final kernel_info) therefore races the
+            kernel: the interrupt lands either inside the request handler ("KeyboardInterrupt caught in
+            kernel.") or just after it, where nothing catches it: the kernel's main loop then ends in the
+            middle of the shutdown, which can leave tracebacks such as tornado's "Uncaught exception in
+            ZMQStream callback".
+            After ``idle`` the signal is ignored and the kernel shuts down in silence. Cells need no such
+            wait: nbclient already waits for each cell's ``idle``.
+            """
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=min(left, 1.0)))
+                except Empty:
+                    continue
+                if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                        and msg["content"].get("execution_state") == "idle"):
+                    return
+            self.log.warning("the kernel did not report idle after kernel_info within %s s; shutting it down "
+                             "anyway", KERNEL_INFO_TIMEOUT)
 
     class RpmNotebookEngine(NBClientEngine):
         """papermill's nbclient engine, executing with :class:`RpmNotebookClient` over IPC sockets."""
@@ -190,14 +229,12 @@ def _engine_classes():
 
 def _reply_from_outputs(msg_id: str, cell) -> dict:
     """An ``execute_reply`` for ``cell`` built from its outputs: ``error`` if it shows an error output."""
-    from datetime import datetime, timezone
-
     errors = [output for output in cell.get("outputs", []) if output.get("output_type") == "error"]
     content: dict[str, Any] = {"status": "ok", "execution_count": cell.get("execution_count")}
     if errors:
         content.update(status="error", ename=errors[-1].get("ename", ""), evalue=errors[-1].get("evalue", ""),
                        traceback=list(errors[-1].get("traceback", [])))
-    return {"header": {"msg_type": "execute_reply", "date": datetime.now(timezone.utc)},
+    return {"header": {"msg_type": "execute_reply", "date": datetime.now(UTC)},
             "parent_header": {"msg_id": msg_id}, "metadata": {}, "content": content, "msg_type": "execute_reply"}
 
 

@@ -90,6 +90,14 @@ class RunStatus(enum.StrEnum):
     NOT_STARTED = "not started"
     #: a SLURM cell not submitted yet.
     NOT_SUBMITTED = "not submitted"
+    #: a gathered run folder with neither a result nor an error yet.
+    PENDING = "pending"
+    #: a run folder whose records cannot be read (the report names the file and why).
+    DAMAGED = "damaged"
+    #: a SLURM cell whose job ``rpm-batch cancel`` cancelled (submitting again resumes it).
+    CANCELLED = "cancelled"
+    #: a SLURM cell whose task requeued itself to resume its run (waiting to start again).
+    REQUEUED = "requeued"
 
 
 FINISHED, UNFINISHED = RunStatus.FINISHED, RunStatus.UNFINISHED

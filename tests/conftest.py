@@ -1,10 +1,16 @@
-"""Shared fixtures. Reference files live outside the repo, in ``../shared/reference-data``."""
+"""Shared fixtures: the original generators' reference files (outside the repo, in ``../shared/reference-data``),
+a cache made by ``rpm-generate --cache-size`` and a training run stopped mid-way, each used by tests of several
+folders."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from rpm_lib.training.config import TrainConfig
 
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -29,3 +35,57 @@ def iraven_reference() -> Path:
 @pytest.fixture
 def raven_reference() -> Path:
     return reference_root("RAVEN")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache generated with ``generated_caches.SETTINGS`` without interruption, to compare resumed, edited or
+    damaged builds with byte for byte (tests of ``rpm-generate --cache-size`` and of ``rpm-data``)."""
+    from generated_caches import SETTINGS
+    from rpm_lib.generator.cache_writer import generate_cache
+
+    out = tmp_path_factory.mktemp("reference") / "cache"
+    generate_cache(out, **SETTINGS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory: pytest.TempPathFactory) -> TrainConfig:
+    """An MLCL run stopped in its second stage (linear): pre-training finished, linear's last.ckpt to resume from,
+    history rows of both stages. Its config has ``resume=true``; each test copies the folder (:func:`copy_run`)."""
+    import json
+
+    import torch
+
+    from rpm_lib.training.config import TrainConfig
+    from rpm_lib.training.run import train
+
+    root = tmp_path_factory.mktemp("stopped")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = TrainConfig(run_dir=str(root / "run"), data_root=str(root / "data"), generate=True,
+                             generate_num_per_config=10, generate_seed=3, progress_bar=False, setup="mlcl",
+                             encoder="scl", batch_size=4, max_epochs=1, linear_eval_epochs=1,
+                             max_train_samples=8, max_val_samples=4, max_test_samples=4, image_size=32,
+                             limit_val_batches=1, limit_test_batches=1)
+        train(config)
+    finally:
+        torch.set_num_threads(previous)
+    run_dir = Path(config.run_dir)
+    progress = json.loads((run_dir / "progress.json").read_text())
+    progress["status"] = "unfinished"
+    progress["stages"]["linear"] = {"name": "linear", "completed": False, "global_step": 1}
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    (run_dir / "metrics.json").unlink()
+    return TrainConfig(**{**config.to_dict(), "resume": True})
+
+
+def copy_run(stopped: TrainConfig, tmp_path: Path, **fields) -> TrainConfig:
+    """A copy of the stopped run's folder in ``tmp_path/run``, and its resume config there (with ``fields``)."""
+    import shutil
+
+    from rpm_lib.training.config import TrainConfig
+
+    shutil.copytree(stopped.run_dir, tmp_path / "run")
+    return TrainConfig(**{**stopped.to_dict(), "run_dir": str(tmp_path / "run"), **fields})

@@ -6,6 +6,7 @@ the real ``03_train`` template is exercised by ``tests/test_notebooks.py``.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -15,7 +16,12 @@ import nbformat
 import pytest
 
 from rpm_lib import batch
+from rpm_lib.batch.grid import run_name, slug
+from rpm_lib.batch.notebook import check_parameters
+from rpm_lib.batch.prepare import run_prepare
+from rpm_lib.notebook_execution import kernel_log_of
 from rpm_lib.rules import CONFIGURATIONS
+from rpm_lib.run_folder import METRICS
 
 FAKE_TRAIN_BODY = """
 import json, pathlib
@@ -144,11 +150,11 @@ def test_missing_template_is_reported(tmp_path):
 
 
 def test_slug_and_run_name():
-    assert batch.slug("MLCL+AUG") == "MLCL_AUG"
-    assert batch.slug("0.5") == "0.5"
-    assert batch.run_name({"encoder": "scl", "beta": "0.1"}) == "encoder-scl__beta-0.1"
+    assert slug("MLCL+AUG") == "MLCL_AUG"
+    assert slug("0.5") == "0.5"
+    assert run_name({"encoder": "scl", "beta": "0.1"}) == "encoder-scl__beta-0.1"
     with pytest.raises(ValueError, match="no letters"):
-        batch.slug("+++")
+        slug("+++")
 
 
 def test_dry_run_plans_without_writing(tmp_path, fake_templates, capsys):
@@ -437,7 +443,7 @@ axes:
   setup: [ce]
 """))
     specs = batch.expand_grid(cfg)
-    batch.check_parameters(cfg, specs)
+    check_parameters(cfg, specs)
     assert [s.name for s in specs] == ["train-A_Color__test-own__setup-ce", "train-A_Color__test-A_Size__setup-ce",
                                        "train-I_RAVEN__test-own__setup-ce",
                                        "train-I_RAVEN__test-A_Size__setup-ce"]
@@ -461,7 +467,7 @@ def test_regime_batches_expand_to_the_train_regime_grid_and_pass_the_checks(name
     from rpm_lib.training import TrainConfig
 
     cfg, specs = _regime_specs(name, monkeypatch)
-    batch.check_parameters(cfg, specs)
+    check_parameters(cfg, specs)
     assert len(specs) == len(PRIMARY_REGIMES) * 2
     assert {s.labels["train"] for s in specs} == set(PRIMARY_REGIMES)
     assert {s.parameters["setup"] for s in specs} == {"ce_aux_sparse", "mlcl_aug"}
@@ -536,16 +542,16 @@ def test_prepare_steps_sharing_creates_run_and_skip_together(tmp_path, fake_temp
     cfg = batch.load_batch_config(_write_config(tmp_path / "b.yaml", f"template: {train}\naxes: {{seed: [0]}}\n"
                                                 "prepare:\n" + step(raw) + step(cache)))
     lines: list[str] = []
-    batch._run_prepare(cfg, False, lines.append)
+    run_prepare(cfg, False, lines.append)
     assert raw.is_file() and cache.is_file()
     raw.unlink()
-    batch._run_prepare(cfg, False, lines.append)
+    run_prepare(cfg, False, lines.append)
     assert not raw.exists() and sum("exists, skipping" in line for line in lines) == 2
     cache.unlink()
     broken = batch.load_batch_config(_write_config(tmp_path / "c.yaml", f"template: {train}\naxes: {{seed: [0]}}\n"
                                                    "prepare:\n" + step(raw) + step(raw)))
     with pytest.raises(RuntimeError, match=f"prepare command did not create {cache}"):
-        batch._run_prepare(broken, False, lines.append)
+        run_prepare(broken, False, lines.append)
 
 
 def test_prepare_only_makes_the_data_and_runs_nothing(tmp_path, fake_templates, monkeypatch, capsys):
@@ -579,7 +585,7 @@ def test_auto_loader_workers_share_the_cores_among_the_runs_left_to_train(tmp_pa
     # the Table 1 campaign resumed with two of its three runs at once left: each gets 7 workers of 16 cores, not 4
     repo = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(repo)  # the YAML names its template relative to the repository
-    monkeypatch.setattr(batch.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     out = tmp_path / "runs"
 
     def planned_workers() -> list[int]:
@@ -590,7 +596,7 @@ def test_auto_loader_workers_share_the_cores_among_the_runs_left_to_train(tmp_pa
     assert planned_workers() == [4] * 5  # 16 // 3 - 1
     for name in ("setup-ce__seed-0", "setup-ce_aux_dense__seed-0", "setup-ce_aux_sparse__seed-0"):
         (out / "main" / name).mkdir(parents=True)
-        (out / "main" / name / batch.FINISHED_MARKER).write_text("{}")
+        (out / "main" / name / METRICS).write_text("{}")
     assert planned_workers() == [7, 7]  # 16 // 2 - 1
 
 
@@ -623,7 +629,7 @@ axes:
     assert done.returncode == 1, done.stderr  # one run failed
     assert "kernel chatter" not in done.stdout + done.stderr
     ok, bad = tmp_path / "out" / "main" / "seed-0", tmp_path / "out" / "main" / "seed-1"
-    assert "kernel chatter of seed 0" in batch.kernel_log_of(ok / "train.ipynb").read_text()
+    assert "kernel chatter of seed 0" in kernel_log_of(ok / "train.ipynb").read_text()
     error = (bad / "error.txt").read_text()
     assert "deliberate failure for seed 1" in error
     assert "the kernel's standard error" in error and "kernel chatter of seed 1" in error

@@ -1,5 +1,5 @@
-"""The Table 1 campaign in slices (``bench/gpu_campaign.sh``): its dry run on the CPU goes through every step a GPU
-slice takes (prepare, time-boxed batch, pack, a fresh folder, unpack, resume, progress) and its GPU config is
+"""The Table 1 campaign in slices (``tools/campaign/gpu_slice.sh``): its dry run on the CPU goes through every step a
+GPU slice takes (prepare, time-boxed batch, pack, a fresh folder, unpack, resume, progress) and its GPU config is
 the SCL row of the paper's grid."""
 from __future__ import annotations
 
@@ -18,17 +18,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _dry_campaign(work: Path, out: Path, timeout: float, **settings: str) -> tuple[int, str]:
-    """``bash bench/gpu_campaign.sh --cpu-dry-run`` in ``work`` with its state returned into ``out`` and the
+    """``bash tools/campaign/gpu_slice.sh --cpu-dry-run`` in ``work`` with its state returned into ``out`` and the
     environment ``settings`` (``CAMPAIGN_BUDGETS``, ``PATH``, ...); its exit status and its stdout + stderr."""
-    env = {**os.environ, "CAMPAIGN_WORK": str(work), "OUT": str(out), **settings}
-    done = subprocess.run(["bash", "bench/gpu_campaign.sh", "--cpu-dry-run"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    env = {**os.environ, "CAMPAIGN_WORK": str(work), "CAMPAIGN_OUT": str(out), **settings}
+    done = subprocess.run(["bash", "tools/campaign/gpu_slice.sh", "--cpu-dry-run"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
     return done.returncode, done.stdout + done.stderr
 
 
 def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_the_end(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # Parts of 20 kB: the packed state comes back in pieces as a large one does from a device call.
+    # Parts of 20 kB: the packed state comes back in pieces as a large one does from the GPU machine.
     status, log = _dry_campaign(tmp_path / "work", out, 900, CAMPAIGN_PART_BYTES="20000")
     assert status == 0, log[-3000:]
     # Slice 0 (2.5 times a run's start-up measured on this machine, at least 12 s) starts runs but cannot finish
@@ -36,7 +36,7 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     assert "gpu_campaign: slice 0 ended with status 75" in log, log[-3000:]
     assert "gpu_campaign: slice 1 ended with status 0" in log, log[-3000:]
     assert "Traceback" not in log
-    # The reports come back as one archive (a device call returns at most 8 files): with the state's parts, no more.
+    # The reports come back as one archive (a slice returns at most 8 files): with the state's parts, no more.
     returned = sorted(p.name for p in out.iterdir())
     assert "slice.tar.gz" in returned and len(returned) <= 7, returned
     with tarfile.open(out / "slice.tar.gz") as tar:
@@ -106,10 +106,10 @@ def test_a_slice_whose_budget_ends_before_any_run_begins_is_not_a_failure(tmp_pa
 
 
 def test_a_slice_left_no_time_after_its_reserve_says_so_and_returns_the_state_as_it_came(tmp_path: Path) -> None:
-    # a second call sized from what a session had left: rpm-batch refused the budget (exit 2) and failed the slice
+    # a short second slice on a still-running machine: rpm-batch refused the budget (exit 2) and failed the slice
     work = tmp_path / "work"
     _stopped_run(work / "runs" / "table1_scl_tiny" / "main" / "a", epochs=1, steps=4)
-    from rpm_lib import run_archive
+    from rpm_lib.runs import archive as run_archive
 
     state = work / "results" / "table1_scl_gpu" / "state.tar.gz"
     run_archive.pack(work / "runs" / "table1_scl_tiny", state)
@@ -146,14 +146,14 @@ def _stopped_run(run_dir: Path, epochs: int, steps: int) -> None:
 
 def test_a_second_slice_on_a_warm_machine_goes_on_from_the_runs_there_not_the_older_state_it_carries(
         tmp_path: Path) -> None:
-    # The second call of a session finds the first call's runs on the machine, while the state it carries is the one
-    # committed before the first call: unpacking it over them (--overwrite alone) threw the first call's work away.
+    # A second slice on the same machine finds the first slice's runs there, while the state it carries is the one
+    # committed before the first slice: unpacking it over them (--overwrite alone) threw the first slice's work away.
     work = tmp_path / "work"
     runs = work / "runs" / "table1_scl_tiny" / "main"
     _stopped_run(runs / "ahead", epochs=1, steps=4)
     _stopped_run(runs / "behind", epochs=1, steps=4)
     state = work / "results" / "table1_scl_gpu" / "state.tar.gz"
-    from rpm_lib import run_archive
+    from rpm_lib.runs import archive as run_archive
 
     run_archive.pack(work / "runs" / "table1_scl_tiny", state)
     _stopped_run(runs / "ahead", epochs=3, steps=12)  # the first call went on with this one
@@ -171,7 +171,7 @@ def test_a_second_slice_on_a_warm_machine_goes_on_from_the_runs_there_not_the_ol
 def _campaign_record():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("campaign_record", REPO / "bench" / "campaign_record.py")
+    spec = importlib.util.spec_from_file_location("campaign_record", REPO / "tools" / "campaign" / "record.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -261,13 +261,13 @@ def test_a_slice_records_how_long_the_gpu_sat_idle_before_training(tmp_path: Pat
     assert rows[2].split("|")[5].strip() == "42" and rows[3].split("|")[5].strip() == ""
 
 
-def test_recording_a_slice_says_what_the_next_call_will_carry() -> None:
+def test_recording_a_slice_says_what_the_next_slice_will_carry() -> None:
     record = _campaign_record()
     mib = 2**20
     assert record.carry_note(30 * mib, 25 * mib, 2 * mib) == (
-        "campaign_record: the next call carries ~57.0 MiB of 64 (state 30.0, .device 25.0, the rest 2.0)")
+        "campaign_record: the next slice carries ~57.0 MiB of 64 (state 30.0, .gpu 25.0, the rest 2.0)")
     warning = record.carry_note(38 * mib, 25 * mib, 2 * mib)
-    assert warning.startswith("campaign_record: warning: the next call carries ~65.0 MiB of 64") and "CAMPAIGN_JOBS" in warning
+    assert warning.startswith("campaign_record: warning: the next slice carries ~65.0 MiB of 64") and "CAMPAIGN_JOBS" in warning
 
 
 def test_a_slice_row_marks_a_run_that_went_on_with_other_pixels() -> None:
@@ -388,7 +388,7 @@ def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path
 
 def _state_of_runs(folder: Path, epochs: dict[str, int]) -> bytes:
     """A packed state of unfinished run folders, run name -> epochs done (10 steps each)."""
-    from rpm_lib import run_archive
+    from rpm_lib.runs import archive as run_archive
 
     for name, done in epochs.items():
         run = folder / "runs" / name
@@ -446,9 +446,9 @@ def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothin
     assert "warning: recorded although it holds less" in capsys.readouterr().err
 
 
-def test_the_two_calls_of_one_session_are_recorded_in_the_order_they_began(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # A second call on the warm machine goes on from the first call's runs: its state holds all of the first's, so
+def test_two_slices_on_one_machine_are_recorded_in_the_order_they_began(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A second slice on the same machine goes on from the first slice's runs: its state holds all of the first's, so
     # recorded first it would make the first one's refused as "behind". Named in either order, both are recorded.
     record = _campaign_record()
     results = tmp_path / "results"

@@ -1,12 +1,17 @@
-"""rpm_lib.claims: the paper's orderings checked on aggregated runs (synthetic run folders)."""
+"""rpm_lib.results.claims: the paper's orderings checked on aggregated runs (synthetic run folders), also when rows
+of several encoders share a setup, seeds collapse to one accuracy, a seed was copied or a run is damaged."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import pytest
 
-from rpm_lib import claims, results
+from gathered_runs import run_metrics, write_run
+from rpm_lib import results
+from rpm_lib.results import claims
 from rpm_lib.rules import CONFIGURATIONS
 
 #: Synthetic test accuracies (fractions) per (setup or ablation variant, seed), chosen so that some claims
@@ -113,3 +118,66 @@ def test_a_setup_whose_runs_differ_in_a_setting_is_not_judged_and_the_rest_are(t
         assert (check.verdict == claims.SPLIT) == touches, check
     assert any(c.verdict == claims.HOLDS for c in report.checks)
     assert claims.SPLIT in claims.report_markdown(report)
+
+
+def _row(setup: str, averages: list[float], encoder: str = "SCL") -> results.Table1Row:
+    mean = sum(averages) / len(averages)
+    std = (math.sqrt(sum((a - mean) ** 2 for a in averages) / (len(averages) - 1)) if len(averages) > 1
+           else math.nan)
+    return results.Table1Row(encoder, setup, {}, [str(i) for i in range(len(averages))], mean, std, {})
+
+
+def test_claims_refuse_rows_of_several_encoders_sharing_a_setup():
+    # by_key kept the last row of each setup: SCL's sparse > dense was decided by CoPINet's numbers
+    rows = [_row("CE+AUX-sparse", [90, 91]), _row("CE+AUX-dense", [80, 81]),
+            _row("CE+AUX-sparse", [30, 31], "CoPINet"), _row("CE+AUX-dense", [40, 41], "CoPINet")]
+    with pytest.raises(ValueError, match="CE\\+AUX-sparse.*SCL.*CoPINet"):
+        claims.check_claims(rows, 700)
+
+
+def test_a_claim_between_seeds_of_identical_accuracy_does_not_hold_on_a_zero_error():
+    # three seeds collapsed to the same accuracy: std 0, standard error 0, and 0.1 pp "held"
+    rows = [_row("CE+AUX-sparse", [12.6] * 3), _row("CE", [12.5] * 3)]
+    (check,) = claims.check_claims(rows, 700, [claims.CLAIMS[0]])
+    assert check.standard_error > 0 and check.verdict == claims.WEAK
+
+
+@pytest.mark.parametrize("num_test", [0, -5])
+def test_claims_with_no_test_problems_are_one_line(num_test):
+    rows = [_row("CE+AUX-sparse", [60]), _row("CE", [50])]
+    with pytest.raises(ValueError, match="num_test"):
+        claims.check_claims(rows, num_test)
+
+
+def test_the_ablation_reference_is_found_whatever_the_spelling_of_its_setup(tmp_path):
+    # a main grid labelled with the paper's spelling: no seed-0 reference, so the ablation (seed 0) was compared
+    # with MLCL+AUG over all seeds, and seed 1's 90 % made "removing the auxiliary loss hurts" hold
+    for seed, value in ((0, 0.41), (1, 0.9)):
+        write_run(tmp_path, f"main/s{seed}", {"setup": "MLCL+AUG", "seed": str(seed)}, {"setup": "mlcl_aug"},
+             run_metrics(value))
+    write_run(tmp_path, "ablation/b0", {"variant": "beta=0", "seed": "0"}, {"setup": "mlcl_aug"}, run_metrics(0.4),
+         grid="ablation")
+    report = claims.reproduction_report(tmp_path)
+    assert [r.seeds for r in report.reference] == [["0"]]
+    verdicts = {c.worse: c.verdict for c in report.checks}
+    assert verdicts["MLCL+AUG beta=0"] == claims.WEAK, verdicts
+
+
+def test_the_reproduction_report_names_runs_it_leaves_out_and_counts_a_copied_seed_once(tmp_path):
+    # "5 of 6 runs finished" said nothing of the damaged one; a copied seed was a second point of seed_values
+    for seed in (0, 1):
+        write_run(tmp_path, f"main/s{seed}", {"setup": "ce", "seed": str(seed)}, {"setup": "ce"}, run_metrics(0.5))
+    shutil.copytree(tmp_path / "main" / "s0", tmp_path / "main" / "s0-copy")
+    write_run(tmp_path, "main/s2", {"setup": "ce", "seed": "2"}, {"setup": "ce"}, "{truncated")
+    write_run(tmp_path, "main/s3", {"setup": "ce", "seed": "3"}, {"setup": "ce"}, run_metrics(0.9, seed=0))  # seed 0's
+    report = claims.reproduction_report(tmp_path)
+    assert report.seed_values["CE"] == [50.0, 50.0]
+    text = claims.report_markdown(report)
+    assert "main/s2" in text and "not valid JSON" in text and "main/s0-copy not counted" in text, text
+    assert "main/s3" in text and "seed=0" in text and "90.0" not in text, text
+
+
+def test_claims_on_an_empty_batch_say_not_measured(tmp_path):
+    report = claims.reproduction_report(tmp_path)
+    assert report.finished == 0 and {c.verdict for c in report.checks} == {claims.MISSING}
+    assert "not measured" in claims.report_markdown(report)

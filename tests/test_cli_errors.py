@@ -11,13 +11,13 @@ import rpm_lib
 
 COMMANDS = [  # (module with main(argv), prog as the line names it, bad arguments)
     ("rpm_lib.training.cli", "rpm-train", ["--bogus"]),
-    ("rpm_lib.batch", "rpm-batch", ["--time-budget", "soon", "grid.yaml"]),
-    ("rpm_lib.batch", "rpm-batch", []),
-    ("rpm_lib.batch", "rpm-batch pack", ["--compact"]),
-    ("rpm_lib.batch", "rpm-batch unpack", ["a.tar", "--out"]),
+    ("rpm_lib.batch.cli", "rpm-batch", ["--time-budget", "soon", "grid.yaml"]),
+    ("rpm_lib.batch.cli", "rpm-batch", []),
+    ("rpm_lib.batch.cli", "rpm-batch pack", ["--compact"]),
+    ("rpm_lib.batch.cli", "rpm-batch unpack", ["a.tar", "--out"]),
     # an argument the sub-command does not know: its own help, not the top level's, lists what it takes
-    ("rpm_lib.batch", "rpm-batch progress", ["a", "b"]),
-    ("rpm_lib.batch", "rpm-batch pack", ["a", "--out", "b.tar.gz", "--bogus"]),
+    ("rpm_lib.batch.cli", "rpm-batch progress", ["a", "b"]),
+    ("rpm_lib.batch.cli", "rpm-batch pack", ["a", "--out", "b.tar.gz", "--bogus"]),
     ("rpm_lib.data.cli", "rpm-data", ["nope"]),
     ("rpm_lib.data.cli", "rpm-data prepare", ["raw", "--out", "cache", "--bogus"]),
     ("rpm_lib.generator.cli", "rpm-generate", ["--count", "many", "--out", "x"]),

@@ -13,7 +13,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,10 +22,10 @@ from rpm_lib.data.cache import CacheReader
 from rpm_lib.data.problem_hashes import RAW_RECORD, read_raw_record
 from rpm_lib.data.validation import load_raven_npz
 from rpm_lib.generator import writer
-from rpm_lib.run_progress import run_progress
+from rpm_lib.runs.progress import run_progress
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.eval_sets import read_regime
-from rpm_lib.training.run import _read_progress
+from rpm_lib.training.run_dir import read_progress as _read_progress
 
 CONFIGURATION = "center_single"
 CASES = 6  # seeds per (file kind, corruption)

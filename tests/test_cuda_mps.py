@@ -187,7 +187,8 @@ def test_rpm_batch_mps_without_a_daemon_or_on_slurm_is_one_line_before_anything_
 
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_concurrent_runs", REPO / "bench" / "bench_concurrent_runs.py")
+    spec = importlib.util.spec_from_file_location("bench_concurrent_runs",
+                                                  REPO / "experiments" / "concurrency" / "bench_concurrent_runs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -195,7 +196,8 @@ def _bench_module():
 
 def test_bench_mps_rounds_give_the_daemon_to_their_runs_and_the_table_counts_connections(
         fake_control: Path, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "bench_concurrent_runs.py"), "--cpu-dry-run",
+    script = REPO / "experiments" / "concurrency" / "bench_concurrent_runs.py"
+    done = subprocess.run([sys.executable, str(script), "--cpu-dry-run",
                            "--train-budget", "3", "--runs", "1,2", "--cuda-mps", "--out", str(tmp_path / "out")],
                           cwd=REPO, capture_output=True, text=True, timeout=400,
                           env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"})

@@ -1,8 +1,10 @@
-"""`make demo` end to end at smoke-test sizes (`--quick`): every step runs and the index lists real outputs."""
+"""`make demo` end to end at smoke-test sizes (`--quick`): every step runs and the index lists real outputs; an
+unknown or empty ``--steps`` is an argument error."""
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,26 @@ def test_quick_demo_runs_every_step_and_indexes_its_outputs(tmp_path, capsys):
     assert demo.main(argv) == 0
     printed = capsys.readouterr().out
     assert "2 already finished" in printed and "reusing" in printed
+
+
+def test_demo_exits_2_for_an_unknown_step(capsys: pytest.CaptureFixture[str]) -> None:
+    # an unknown step exited 1 as "demo: error: ...", unlike every other argument error
+    from rpm_lib import demo
+
+    try:
+        code = demo.main(["--steps", "zzz", "--out", "unused", "--data", "unused"])
+    except SystemExit as stopped:
+        code = stopped.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "zzz" in err[0], (code, err)
+
+
+def test_demo_refuses_an_empty_step_list(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # --steps "" (or ",") ran no step and reported "finished", exit 0
+    from rpm_lib import demo
+
+    try:
+        code = demo.main(["--steps", "", "--out", str(tmp_path / "out"), "--data", str(tmp_path / "data")])
+    except SystemExit as stopped:
+        code = stopped.code
+    assert code == 2, capsys.readouterr()

@@ -1,4 +1,4 @@
-"""Live progress (``rpm_lib.live_progress``): a line per finished epoch of every running run, read from the run
+"""Live progress (``rpm_lib.runs.live``): a line per finished epoch of every running run, read from the run
 folders, ETAs from the measured epochs, and a notice for a run that writes nothing; through ``rpm-batch`` with a
 stand-in training notebook (no torch in the kernel) so the batch takes seconds."""
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rpm_lib import batch, live_progress
-from rpm_lib.live_progress import LiveProgress, duration
+from rpm_lib import batch
+from rpm_lib.runs import live as live_progress
+from rpm_lib.runs.live import LiveProgress, duration
 from rpm_lib.training.history import HISTORY_COLUMNS
 
 

@@ -72,6 +72,36 @@ def test_a_cell_error_still_raises_with_the_executed_notebook_written(tmp_path):
     assert (tmp_path / "out.ipynb").is_file()
 
 
+#: The cell widens, to 2 s after every reply, the window in which ipykernel turns SIGINT into KeyboardInterrupt
+#: (from a request's start until its ``idle`` status; normally microseconds after the reply). jupyter_client
+#: sends SIGINT when it shuts a kernel down; landing in that window it used to put "KeyboardInterrupt caught in
+#: kernel." or a ZMQStream traceback into the kernel's log now and then. Here it would land there every time,
+#: and the cell writes what it caught to descriptor 2 (the kernel log) before letting it go on.
+SLOW_TO_SETTLE = (
+    "import os, time, traceback\n"
+    "kernel = get_ipython().kernel\n"
+    "_settle = kernel.post_handler_hook\n"
+    "def _slow_to_settle():\n"
+    "    try:\n"
+    "        time.sleep(2)\n"
+    "    except KeyboardInterrupt:\n"
+    "        os.write(2, ('interrupted before idle:\\n' + traceback.format_exc()).encode())\n"
+    "        raise\n"
+    "    finally:\n"
+    "        _settle()\n"
+    "kernel.post_handler_hook = _slow_to_settle\n"
+    "print('settling slowly', value)\n"
+)
+
+
+def test_shutting_the_kernel_down_leaves_nothing_in_the_kernel_log(tmp_path):
+    log = tmp_path / "out.kernel.log"
+    template = _notebook(tmp_path / "slow.ipynb", "import os\nos.write(2, b'a cell wrote this\\n')", SLOW_TO_SETTLE)
+    out = notebook_execution.execute_notebook(template, tmp_path / "out.ipynb", {"value": 4}, kernel_stderr=log)
+    assert nbformat.read(out, as_version=4).cells[-1].outputs[0]["text"] == "settling slowly 4\n"
+    assert log.read_text() == "a cell wrote this\n"  # what cells write stays; nothing from the shutdown
+
+
 #: The cell makes the kernel drop its own execute_reply (once): the kernel reports the cell done on IOPub,
 #: but the reply nbclient waits for without a limit never comes.
 DROP_EXECUTE_REPLY = (

@@ -241,8 +241,9 @@ def test_rpm_notebook_keeps_what_the_kernel_writes_to_its_standard_error_beside_
     nbformat.write(nb, quiet)
     assert _rpm_notebook(str(quiet), str(tmp_path / "q.ipynb"), tmp_path=tmp_path).returncode == 0
     log = tmp_path / "q.kernel.log"
-    # an empty log is removed; jupyter_client's interrupt before the shutdown may leave ipykernel's one line
-    assert not log.exists() or log.read_text().strip() == "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel."
+    # an empty log is removed; the kernel is shut down only once idle, so its shutdown adds nothing to it
+    # (test_notebook_execution.py checks that with a kernel that is slow to become idle)
+    assert not log.exists(), log.read_text()
 
 
 def test_rpm_notebook_refuses_unknown_names_and_bad_files_before_a_kernel_starts(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from rpm_lib import batch
+from rpm_lib.notebook_execution import execute_notebook
 
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "notebooks"
@@ -45,8 +46,8 @@ def _stream_text(nb: nbformat.NotebookNode) -> str:
 
 def _execute(template: str, out_dir: Path, **parameters: Any) -> nbformat.NotebookNode:
     out = out_dir / template
-    batch.execute_notebook(TEMPLATES / template, out, {"output_dir": str(out_dir / "figures"), **parameters},
-                           cwd=REPO, execution_timeout=300)
+    execute_notebook(TEMPLATES / template, out, {"output_dir": str(out_dir / "figures"), **parameters},
+                     cwd=REPO, execution_timeout=300)
     nb = nbformat.read(out, as_version=4)
     assert not _outputs_with_errors(nb)
     assert nb.metadata.papermill.exception is not True

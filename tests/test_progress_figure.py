@@ -8,7 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from rpm_lib import batch, run_progress
+from rpm_lib import batch
+from rpm_lib.runs import progress as run_progress
 
 
 def _run(folder: Path, encoder: str, setup: str, rows: list[tuple[str, int, float | None]],

@@ -1,4 +1,4 @@
-"""``rpm_lib.run_archive`` (``rpm-batch pack`` / ``unpack``): what travels, and archives from elsewhere that are
+"""``rpm_lib.runs.archive`` (``rpm-batch pack`` / ``unpack``): what travels, and archives from elsewhere that are
 refused before anything is written."""
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import torch
 
-from rpm_lib import batch, run_archive
-from rpm_lib.run_archive import ArchiveError
+from rpm_lib import batch
+from rpm_lib.runs import archive as run_archive
+from rpm_lib.runs.archive import ArchiveError
 
 
 def _fake_run(run_dir: Path, status: str) -> None:
@@ -151,7 +152,7 @@ def test_reading_a_batch_s_progress_does_not_import_lightning() -> None:
     import subprocess
     import sys
 
-    code = "import sys, rpm_lib.run_progress, rpm_lib.live_progress; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
+    code = "import sys, rpm_lib.runs.progress, rpm_lib.runs.live; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
@@ -541,3 +542,28 @@ def test_unpack_cli_one_line_for_foreign_files_and_a_warning_line_for_rollbacks(
     assert batch.main(["unpack", str(tmp_path / "s.tar.gz"), "--out", str(tmp_path / "run"), "--overwrite"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"rpm-batch unpack: warning: {tmp_path / 'run'}: the run here had gone")
+
+
+def test_unpack_refuses_to_write_through_a_symbolic_link_already_in_the_folder(tmp_path: Path) -> None:
+    # tarfile's data filter resolves each member's place in the folder unpacked into: a run folder there that is a
+    # link to elsewhere would have had the archive's files written outside it
+    source = _archive(tmp_path / "s.tar.gz", {"r/config.yaml": b"a"})
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "r").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(ArchiveError, match="unsafe member name 'r/config.yaml' .*outside") as error:
+        run_archive.unpack(source, tmp_path / "out", overwrite=True)
+    assert str(source) in str(error.value) and "\n" not in str(error.value)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_unpack_refuses_members_that_tarfile_s_data_filter_refuses(tmp_path: Path) -> None:
+    # a device file and a hard link, each listed nowhere: refused as what they are, before the manifest is asked
+    device = tarfile.TarInfo("r/config.yaml")
+    device.type = tarfile.CHRTYPE
+    hard = tarfile.TarInfo("r/history.csv")
+    hard.type, hard.linkname = tarfile.LNKTYPE, "r/config.yaml"
+    for info in (device, hard):
+        with pytest.raises(ArchiveError, match=f"member '{info.name}' is not a regular file; refusing to unpack"):
+            run_archive.unpack(_archive(tmp_path / "bad.tar.gz", {}, {}, extra=[info]), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

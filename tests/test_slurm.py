@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rpm_lib import batch, slurm
+from rpm_lib import batch
+from rpm_lib.batch import slurm
 
 REPO = Path(__file__).resolve().parents[1]
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")

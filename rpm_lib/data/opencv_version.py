@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from rpm_lib.data.records import MANIFEST, SETTINGS_FILE
 from rpm_lib.json_files import read_object_or_empty
 
 #: The key of the record in ``generator.json`` and in a cache plan.
@@ -32,8 +33,6 @@ def current() -> str:
 
 def rendered_by(raw_root: str | Path) -> str | None:
     """The OpenCV version ``raw_root/generator.json`` says rendered the folder's problems, or None (not recorded)."""
-    from rpm_lib.generator.writer import SETTINGS_FILE  # here: the generator imports the data layer
-
     value = read_object_or_empty(Path(raw_root) / SETTINGS_FILE).get(KEY)
     return value if isinstance(value, str) else None
 
@@ -43,8 +42,6 @@ def recorded(root: str | Path) -> dict[str, str | None]:
 
     A raw folder is never resized (``"resized": None``); an unreadable or absent record gives Nones.
     """
-    from rpm_lib.data.cache import MANIFEST  # here: the cache imports this module
-
     root = Path(root)
     manifest = read_object_or_empty(root / MANIFEST)
     if manifest:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from rpm_lib.data.errors import DataFormatError
+from rpm_lib.json_files import write_object
 
 #: The hash method (a record of another method is not compared, it is recomputed).
 METHOD = "blake2b-16-panels-v1"
@@ -102,9 +102,8 @@ def write_raw_record(root: str | Path, hashes: dict[str, bytes]) -> None:
         entries[name] = (digest, *_stat_key(root / name))
     record = {"method": METHOD, "problems": {name: [value.hex(), size, mtime]
                                              for name, (value, size, mtime) in sorted(entries.items())}}
-    temp = root / f".{RAW_RECORD}.{os.getpid()}.tmp"
-    temp.write_text(json.dumps(record, separators=(",", ":")) + "\n")
-    os.replace(temp, root / RAW_RECORD)
+    # No flush to disk: a lost or damaged record is rebuilt from the problem files.
+    write_object(root / RAW_RECORD, record, indent=None, separators=(",", ":"), fsync=False)
 
 
 def raw_hashes(root: str | Path, paths: Iterable[Path], load) -> tuple[list[bytes], int]:

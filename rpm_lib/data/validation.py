@@ -22,6 +22,7 @@ import numpy as np
 from rpm_lib import rules
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.npz import ArrayHeader, read_npz
+from rpm_lib.data.records import REGIME_FILE, GeneratorSettingsError, read_regime_file
 
 NUM_PANELS = 16
 NUM_CHOICES = 8
@@ -249,3 +250,32 @@ def load_pgm_npz(path: str | Path, with_image: bool = True) -> RpmRecord:
     meta[: len(structure)] = structure
     meta_target = _binary(path, "meta_target", arrays["meta_target"], (width,), kinds="biuf")
     return RpmRecord(panels, target, meta, meta_target)
+
+
+def read_regime_record(root: str | Path) -> dict | None:
+    """The checked content of ``root``'s ``regime.json``, or None when it has none.
+
+    The record must be a JSON object that agrees with ``generator.json`` (``rpm_lib.data.records.read_regime_file``)
+    and with the data: a Mesh regime's problems have 12-row ``meta_matrix`` labels, every other regime's 8 rows
+    (checked on the first problem file).
+
+    Raises:
+        GeneratorSettingsError: one line naming the file and the disagreement.
+    """
+    data = read_regime_file(root)
+    if data is None:
+        return None
+    root = Path(root)
+    mesh = data.get("mesh")
+    first = next(iter(sorted(root.glob("*/RAVEN_*_*.npz"))), None)
+    if first is not None and isinstance(mesh, bool):  # a mesh flag of another type is refused with the regime
+        try:
+            rows = load_raven_npz(first, with_image=False).meta.shape[0]
+        except DataFormatError:
+            rows = None  # the dataset reports a damaged file with its own message
+        wanted = rules.MESH_META_ROWS if mesh else rules.META_ROWS
+        if rows is not None and rows != wanted:
+            raise GeneratorSettingsError(f"{root / REGIME_FILE}: says mesh={mesh}, but {first} has {rows}-row "
+                                         f"meta_matrix labels ({wanted} for that regime); the record does not "
+                                         "describe this data")
+    return data

@@ -58,8 +58,8 @@ def standardize_panels(completions: torch.Tensor, eps: float = 1e-5) -> torch.Te
     background), so the 8 completions' embeddings differ by only ~6 % of their spread and the 8 answer
     scores are nearly equal. Cross-entropy then first removes that small candidate-dependent part (the
     score spread falls from 2e-2 to 6e-4 within 60 steps and the gradients shrink 100x): training sits at
-    loss ln 8 for hundreds of steps (``bench/bench_plateau.py``). Standardising makes the relation network
-    see how panels *differ*, at unit scale. Statistics come from the completion itself, so a
+    loss ln 8 for hundreds of steps (``experiments/release-comparison/bench_plateau.py``). Standardising makes the
+    relation network see how panels *differ*, at unit scale. Statistics come from the completion itself, so a
     completion's embedding still depends on the context and its own candidate alone.
     """
     mean = completions.mean(dim=2, keepdim=True)

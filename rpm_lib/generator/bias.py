@@ -18,7 +18,6 @@ configurations); prints both accuracies and the 99% binomial interval of chance.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from collections.abc import Sequence

@@ -27,8 +27,10 @@ from rpm_lib.data.raw_files import RawFile, raven_source_id
 from rpm_lib.data.validation import RpmRecord, raven_record
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.candidates import check_mode
+from rpm_lib.generator.npz_files import npz_arrays
 from rpm_lib.generator.regimes import Regime, resolve_regime, split_of
-from rpm_lib.generator.writer import generator_settings, npz_arrays, problem_stem, regime_record
+from rpm_lib.generator.settings import generator_settings, regime_record
+from rpm_lib.generator.writer import problem_stem
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
 #: The resize of a generated cache: ``rpm-data prepare``'s default, so both recipes give the same bytes.

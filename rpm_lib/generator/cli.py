@@ -25,11 +25,12 @@ from typing import Sequence
 
 from rpm_lib.cli_parser import OneLineArgumentParser, print_error
 from rpm_lib.data.errors import DataFormatError
+from rpm_lib.data.records import REGIME_FILE
 from rpm_lib.folder_lock import NotEnoughSpaceError, UnsafeLockFileError, cap_workers, output_folder_problem
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, check_split_proportions, regime_from_options
 from rpm_lib.generator.cache_writer import MAX_INDEX, generate_cache
 from rpm_lib.generator.candidates import MODES, check_mode
-from rpm_lib.generator.writer import REGIME_FILE, write_dataset
+from rpm_lib.generator.writer import write_dataset
 from rpm_lib.rules import CONFIGURATIONS, resolve_configurations
 
 def _regime_lines() -> str:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.training.config import ConfigError, TrainConfig, field_help, parse_overrides
+from rpm_lib.training.setups import SETUPS
 
 
 def _fields_epilog() -> str:
@@ -37,8 +38,8 @@ def _fields_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineArgumentParser(
         prog="rpm-train",
-        description="Train an RPM model with one of the MLCL paper's setups (ce, ce_aux_dense, ce_aux_sparse, "
-                    "mlcl, mlcl_aug) and evaluate it; writes config.yaml, checkpoints/, history.csv, "
+        description=f"Train an RPM model with one of the MLCL paper's setups ({', '.join(SETUPS)}) and evaluate it; "
+                    "writes config.yaml, checkpoints/, history.csv, "
                     "metrics.json and predictions.npz into run_dir. Exit status: 0 finished, 2 bad config or "
                     "data, 1 diverged, 75 unfinished (time_budget reached, or Ctrl-C / SIGTERM: the run stops at its next "
                     "step; resume=true continues), 130 stopped at once by a second Ctrl-C.",

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rpm_lib.data.records import REGIME_FILE
 from rpm_lib.generator.regimes import REGIMES, Regime
-from rpm_lib.generator.writer import REGIME_FILE
 from rpm_lib.rules import MESH_META_ROWS, RULE_GROUPS
 from rpm_lib.training.config import ConfigError, TrainConfig
 
@@ -109,7 +109,8 @@ def read_regime(root: str | Path, field: str = "data_root") -> RegimeInfo | None
     """
     from rpm_lib.data.cache import MANIFEST
     from rpm_lib.data.problem_hashes import note
-    from rpm_lib.generator.writer import GeneratorSettingsError, read_regime_record
+    from rpm_lib.data.records import GeneratorSettingsError
+    from rpm_lib.data.validation import read_regime_record
 
     root = Path(root)
     path = regime_file(root)

@@ -21,7 +21,8 @@ def ensure_generated(config: TrainConfig) -> bool:
     if not config.generate:
         return False
     from rpm_lib.data import is_cache
-    from rpm_lib.generator.writer import GeneratorSettingsError, write_dataset
+    from rpm_lib.data.records import GeneratorSettingsError
+    from rpm_lib.generator.writer import write_dataset
 
     root = Path(config.data_root)
     if root.exists() and is_cache(root):

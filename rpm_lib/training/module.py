@@ -32,14 +32,14 @@ import torch
 from torch import nn
 
 from rpm_lib.encoders import create_encoder
-from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
-from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
+from rpm_lib.heads import ScoringHead
 from rpm_lib.training.batchnorm import recalibrate_batchnorm
 from rpm_lib.training.config import ConfigError, TrainConfig
-from rpm_lib.training.distributed import gathered_mlcl_loss
 from rpm_lib.training import feature_cache
 from rpm_lib.data.seeding import derive_seed
-from rpm_lib.training.setups import STAGES, StagePlan, uses_projection_head, uses_rule_head
+from rpm_lib.training.objectives import OBJECTIVES
+from rpm_lib.training.plans import trained_objectives
+from rpm_lib.training.setups import STAGES, StagePlan
 
 
 def resolve_memory_format_for(memory_format: str) -> str:
@@ -129,11 +129,12 @@ class RpmModule(L.LightningModule):
                 # A function of tensors only: given the batch dict, the compiler would guard on its other values
                 # (the problems' source ids) as constants and compile again for every batch.
                 self._compiled_losses = torch.compile(self._stage_losses, mode=mode)
-        dim = self.encoder.embedding_dim
-        self.scoring_head = ScoringHead(dim)
-        self.rule_head = RuleHead(dim, num_rules, pooling=config.rule_pooling) if uses_rule_head(config) else None
-        self.projection_head = (ProjectionHead(dim, config.projection_dim) if uses_projection_head(config)
-                                else None)
+        # The head of every objective a stage of this run trains (scoring_head, rule_head, projection_head), in the
+        # registry's order (the initial weights depend on it); the others are None.
+        trained = trained_objectives(config)
+        for objective in OBJECTIVES.values():
+            setattr(self, objective.head, objective.make_head(config, self.encoder.embedding_dim, num_rules)
+                    if objective.name in trained else None)
         self.plan: StagePlan | None = None
         self._frozen: list[nn.Module] = []  # not trained and kept in eval mode
         self._no_grad: list[nn.Module] = []  # not trained (a superset of _frozen: see StagePlan.encoder_train_mode)
@@ -150,10 +151,10 @@ class RpmModule(L.LightningModule):
     # ------------------------------------------------------------------------------------------
     def set_stage(self, plan: StagePlan) -> None:
         """Freeze / unfreeze the parts for ``plan`` (and re-initialise the scoring head if it asks to)."""
-        if plan.trains_rule_head and self.rule_head is None:
-            raise ValueError(f"stage {plan.name}: needs a rule head, but the model has none (beta=0?)")
-        if plan.trains_projection_head and self.projection_head is None:
-            raise ValueError(f"stage {plan.name}: needs a projection head, but the model has none (gamma=0?)")
+        for objective in OBJECTIVES.values():
+            if plan.weight(objective.name) > 0 and getattr(self, objective.head) is None:
+                raise ValueError(f"stage {plan.name}: needs a {objective.head.replace('_', ' ')}, but the model has "
+                                 f"none ({objective.weight_field}=0?)")
         self.plan = plan
         self._features = None  # computed by the stage that uses them, when it starts
         if plan.reset_scoring_head:
@@ -161,12 +162,9 @@ class RpmModule(L.LightningModule):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed(self.config.seed, "scoring_head", STAGES.index(plan.name)))
                 self.scoring_head = ScoringHead(self.encoder.embedding_dim).to(self.device)
-        trained = {
-            "encoder": plan.train_encoder,
-            "scoring_head": plan.trains_scoring_head,
-            "rule_head": plan.trains_rule_head,
-            "projection_head": plan.trains_projection_head,
-        }
+        trained = {"encoder": plan.train_encoder}
+        for objective in OBJECTIVES.values():  # a head trains when the stage weights its objective
+            trained[objective.head] = trained.get(objective.head, False) or plan.weight(objective.name) > 0
         self._frozen = []
         self._no_grad = []
         for name, is_trained in trained.items():
@@ -269,30 +267,14 @@ class RpmModule(L.LightningModule):
         parts: dict[str, torch.Tensor] = {}
         to_backward = embeddings.new_zeros((), dtype=torch.float32)
         value = embeddings.new_zeros((), dtype=torch.float32)
-        if plan.answer_weight > 0:
-            scores = self.scoring_head(embeddings).float()
-            answer = ANSWER_LOSSES[self.config.answer_loss](scores, target)
-            parts["answer"] = answer.detach()
-            parts["accuracy"] = (scores.argmax(dim=1) == target).float().mean()
-            to_backward = to_backward + plan.answer_weight * answer
-            value = value + plan.answer_weight * answer.detach()
-        if plan.aux_weight > 0:
-            assert self.rule_head is not None and rules is not None
-            aux = rule_loss(self.rule_head(embeddings).float(), rules)
-            parts["aux"] = aux.detach()
-            to_backward = to_backward + plan.aux_weight * aux
-            value = value + plan.aux_weight * aux.detach()
-        if plan.contrastive_weight > 0:
-            assert self.projection_head is not None and rules is not None
-            projections = self.projection_head(embeddings).float()  # (N, 8, P)
-            z, z_neg = split_completions(projections, target)
-            contrastive, contrastive_backward = gathered_mlcl_loss(
-                z, z_neg, rules, temperature=self.config.temperature, negatives=self.config.negatives,
-                numerics=self.config.mlcl_numerics,
-            )
-            parts["mlcl"] = contrastive.detach()
-            to_backward = to_backward + plan.contrastive_weight * contrastive_backward
-            value = value + plan.contrastive_weight * contrastive.detach()
+        for objective in OBJECTIVES.values():  # the weighted sum, term by term in the registry's order
+            weight = plan.weight(objective.name)
+            if weight > 0:
+                term, term_backward, extra = objective.term(self, embeddings, target, rules)
+                parts[objective.name] = term.detach()
+                parts.update(extra)
+                to_backward = to_backward + weight * term_backward
+                value = value + weight * term.detach()
         return to_backward, value, parts
 
     def _require_plan(self) -> StagePlan:
@@ -428,8 +410,8 @@ class RpmModule(L.LightningModule):
         _to_backward, value, parts = self.stage_losses(batch, "val")
         size = _batch_size(batch)
         # Sums on the device, logged once in on_validation_epoch_end: Lightning's bookkeeping of a self.log call per
-        # term and batch cost the host 1.6 ms per validation batch (4 terms; bench/bench_validation_logging.py on
-        # the CPU), and an SCL validation batch on an H100 waits on the host (12 ms against 20.6 ms for a whole
+        # term and batch cost the host 1.6 ms per validation batch (4 terms;
+        # experiments/gpu-profile/bench_validation_logging.py on the CPU), and an SCL validation batch on an H100 waits on the host (12 ms against 20.6 ms for a whole
         # training step).
         for name, term in (("loss", value), *parts.items()):
             self._val_sums[name] = self._val_sums.get(name, 0.0) + term.detach().float() * size

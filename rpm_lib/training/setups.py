@@ -1,4 +1,4 @@
-"""The paper's five training setups and the stages each one runs.
+"""The setup registry: the paper's five training setups, the stages each one runs, and what a stage is.
 
 ======================  =====================================================================
 setup                   stages
@@ -11,23 +11,24 @@ setup                   stages
 ``mlcl_aug``            as ``mlcl`` with two augmented views per RPM in pre-training
 ======================  =====================================================================
 
+A setup is one :data:`SETUPS` entry: the stage kinds it runs (:data:`STAGE_KINDS`, built from the config by
+:mod:`rpm_lib.training.plans`), the objectives its training stages add to the answer loss (names in
+:data:`rpm_lib.training.objectives.OBJECTIVES`), the rule code they need, its views and its default augmentation.
+A setup that recombines existing stages and objectives is one entry here: TrainConfig's ``setup`` choices and
+help, ``rpm-train --help``, the model's heads, its losses and what each stage freezes all follow from it.
+
 Any setup can append ``finetune`` (``config.finetune``): encoder + scoring head, answer loss only.
-What a run's final weights measure is its *protocol* (:data:`PROTOCOLS`, :func:`protocol_of`): a contrastive
-run that ends after linear evaluation reports the paper's Table 1 protocol; one that ran ``finetune`` reports a
-fine-tuned encoder (the release's phase 3), which is never a Table 1 number.
+What a run's final weights measure is its *protocol* (:data:`PROTOCOLS`): the protocol of the last stage that
+trained. A contrastive run that ends after linear evaluation reports the paper's Table 1 protocol; one that ran
+``finetune`` reports a fine-tuned encoder (the release's phase 3), which is never a Table 1 number.
 Ablations are config values: ``beta=0`` (contrastive only), ``gamma=0`` (auxiliary only),
 ``negatives=none`` (no wrong completions in the MLCL denominator), sweeps over ``beta`` / ``batch_size``.
+
+This module imports nothing of rpm_lib, so the configuration can validate against it.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rpm_lib.training.config import TrainConfig
-
-#: Stage names, in the order they run.
-STAGES: tuple[str, ...] = ("supervised", "pretrain", "linear", "finetune")
 
 #: What the final weights of a run measure, by the last stage that trained: ``linear_evaluation`` (frozen
 #: pre-trained encoder + linear scoring head: the paper's protocol for the MLCL rows of Table 1),
@@ -38,36 +39,86 @@ PROTOCOLS: tuple[str, ...] = ("linear_evaluation", "fine_tuned", "supervised", "
 
 
 @dataclasses.dataclass(frozen=True)
+class StageKind:
+    """A kind of stage a setup can run (its recipe from the config: ``rpm_lib.training.plans.STAGE_BUILDERS``).
+
+    Attributes:
+        name: the stage's name (checkpoints/<name>/, history.csv, progress.json).
+        description: how messages name it.
+        setup_objectives: the stage trains the setup's objectives (``SetupSpec.objectives``).
+        answer: the stage trains the answer loss on the scoring head.
+        protocol: what the final weights measure when this is the last stage that trained (:data:`PROTOCOLS`).
+    """
+
+    name: str
+    description: str
+    setup_objectives: bool
+    answer: bool
+    protocol: str
+
+
+#: Stage kinds, in the order they run (a stage's seeds derive from its position here: never reorder).
+STAGE_KINDS: dict[str, StageKind] = {kind.name: kind for kind in (
+    StageKind("supervised", "supervised training", setup_objectives=True, answer=True, protocol="supervised"),
+    StageKind("pretrain", "pre-training", setup_objectives=True, answer=False, protocol="untrained_head"),
+    StageKind("linear", "linear evaluation", setup_objectives=False, answer=True, protocol="linear_evaluation"),
+    StageKind("finetune", "fine-tuning", setup_objectives=False, answer=True, protocol="fine_tuned"),
+)}
+#: Stage names, in the order they run.
+STAGES: tuple[str, ...] = tuple(STAGE_KINDS)
+
+
+@dataclasses.dataclass(frozen=True)
 class SetupSpec:
     """What a setup trains.
 
     Attributes:
         name: config value of ``setup``.
         label: the paper's name (Table 1 rows).
-        auxiliary: uses the rule head and the auxiliary BCE loss (weight ``beta``).
-        contrastive: MLCL pre-training followed by linear evaluation.
+        stages: the stage kinds it runs, in order (:data:`STAGE_KINDS`); ``finetune`` is appended by the config.
+        objectives: what its ``setup_objectives`` stages train besides (or, in pre-training, instead of) the
+            answer loss, in :data:`rpm_lib.training.objectives.OBJECTIVES` names (``aux``, ``mlcl``).
         rule_kind: ``"dense"``, ``"sparse"`` or ``None`` (no rules needed).
         num_views: views per RPM in the first stage (2 only for ``mlcl_aug``).
+        augment: what ``augment=auto`` resolves to (a recipe of :mod:`rpm_lib.augment`, or ``none``).
+        summary: a few words for the ``setup`` field's help (empty: the name says it).
     """
 
     name: str
     label: str
-    auxiliary: bool
-    contrastive: bool
+    stages: tuple[str, ...]
+    objectives: tuple[str, ...]
     rule_kind: str | None
-    num_views: int
+    num_views: int = 1
+    augment: str = "none"
+    summary: str = ""
+
+    @property
+    def auxiliary(self) -> bool:
+        """Uses the rule head and the auxiliary BCE loss (weight ``beta``)."""
+        return "aux" in self.objectives
+
+    @property
+    def contrastive(self) -> bool:
+        """Pre-trains (MLCL) and then trains the scoring head in linear evaluation."""
+        return "pretrain" in self.stages
 
 
-SETUPS: dict[str, SetupSpec] = {
-    "ce": SetupSpec("ce", "CE", auxiliary=False, contrastive=False, rule_kind=None, num_views=1),
-    "ce_aux_dense": SetupSpec("ce_aux_dense", "CE+AUX-dense", auxiliary=True, contrastive=False, rule_kind="dense",
-                              num_views=1),
-    "ce_aux_sparse": SetupSpec("ce_aux_sparse", "CE+AUX-sparse", auxiliary=True, contrastive=False,
-                               rule_kind="sparse", num_views=1),
-    "mlcl": SetupSpec("mlcl", "MLCL", auxiliary=True, contrastive=True, rule_kind="sparse", num_views=1),
-    "mlcl_aug": SetupSpec("mlcl_aug", "MLCL+AUG", auxiliary=True, contrastive=True, rule_kind="sparse",
-                          num_views=2),
-}
+SETUPS: dict[str, SetupSpec] = {spec.name: spec for spec in (
+    SetupSpec("ce", "CE", stages=("supervised",), objectives=(), rule_kind=None),
+    SetupSpec("ce_aux_dense", "CE+AUX-dense", stages=("supervised",), objectives=("aux",), rule_kind="dense"),
+    SetupSpec("ce_aux_sparse", "CE+AUX-sparse", stages=("supervised",), objectives=("aux",), rule_kind="sparse"),
+    SetupSpec("mlcl", "MLCL", stages=("pretrain", "linear"), objectives=("aux", "mlcl"), rule_kind="sparse",
+              summary="contrastive pre-training + linear evaluation"),
+    SetupSpec("mlcl_aug", "MLCL+AUG", stages=("pretrain", "linear"), objectives=("aux", "mlcl"), rule_kind="sparse",
+              num_views=2, augment="official", summary="mlcl with two augmented views"),
+)}
+
+
+def setup_help() -> str:
+    """The ``setup`` field's help: every registered setup, with its summary."""
+    return "training setup: " + ", ".join(f"{name} ({spec.summary})" if spec.summary else name
+                                          for name, spec in SETUPS.items())
 
 
 #: When a stage re-estimates the encoder's BatchNorm statistics (``StagePlan.bn_recalibration``): ``none``;
@@ -87,11 +138,10 @@ class StagePlan:
         lr: Adam learning rate (the optimiser is rebuilt at every stage).
         batch_size: RPMs per step per device.
         train_encoder: encoder parameters are optimised; otherwise frozen *and* in eval mode.
-        answer_weight: weight of the answer loss (CE) on the scoring head; 0 = scoring head frozen.
-        aux_weight: weight of the rule BCE loss (0 = rule head unused).
-        contrastive_weight: weight of the MLCL loss (0 = projection head unused).
         num_views: views per RPM (2 = two augmented views).
         augment: augmentation recipe for training batches (``"none"`` = identity).
+        weights: objective name (:data:`rpm_lib.training.objectives.OBJECTIVES`) -> its weight in the stage's
+            loss; an objective absent or at 0 is not computed and its head is frozen.
         reset_scoring_head: re-initialise the scoring head before the stage (linear evaluation).
         encoder_train_mode: a frozen encoder stays in train mode (BatchNorm uses batch statistics and updates
             its running ones), as the release's head training; otherwise a frozen encoder is in eval mode.
@@ -106,101 +156,29 @@ class StagePlan:
     lr: float
     batch_size: int
     train_encoder: bool
-    answer_weight: float
-    aux_weight: float
-    contrastive_weight: float
     num_views: int
     augment: str
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)
     reset_scoring_head: bool = False
     encoder_train_mode: bool = False
     bn_recalibration: str = "none"
     cached_features: bool = False
 
-    @property
-    def trains_scoring_head(self) -> bool:
-        return self.answer_weight > 0
+    def weight(self, objective: str) -> float:
+        """The weight of ``objective`` in this stage's loss (0 when the stage does not train it)."""
+        return self.weights.get(objective, 0.0)
 
     @property
-    def trains_rule_head(self) -> bool:
-        return self.aux_weight > 0
+    def answer_weight(self) -> float:
+        """Weight of the answer loss (CE) on the scoring head; 0 = scoring head frozen."""
+        return self.weight("answer")
 
     @property
-    def trains_projection_head(self) -> bool:
-        return self.contrastive_weight > 0
+    def aux_weight(self) -> float:
+        """Weight of the rule BCE loss (0 = rule head unused)."""
+        return self.weight("aux")
 
-
-def uses_rule_head(config: "TrainConfig") -> bool:
-    """Whether the model has a (trained) rule head: auxiliary setups with ``beta > 0``."""
-    return SETUPS[config.setup].auxiliary and config.beta > 0
-
-
-def uses_projection_head(config: "TrainConfig") -> bool:
-    """Whether the model has an MLCL projection head: contrastive setups with ``gamma > 0``."""
-    return SETUPS[config.setup].contrastive and config.gamma > 0
-
-
-def needs_rules(config: "TrainConfig") -> bool:
-    """Whether batches must carry rule vectors (aux loss or MLCL positives)."""
-    return uses_rule_head(config) or uses_projection_head(config)
-
-
-def stage_plan(config: "TrainConfig") -> list[StagePlan]:
-    """The stages ``config`` runs, in order."""
-    spec = SETUPS[config.setup]
-    augment = config.resolved_augment
-    pretrain_views = config.head_views == "pretrain"
-    recalibrate = config.bn_recalibration_batches > 0
-    stages: list[StagePlan] = []
-    if spec.contrastive:
-        stages.append(StagePlan(
-            name="pretrain", max_epochs=config.max_epochs, lr=config.lr, batch_size=config.batch_size,
-            train_encoder=True, answer_weight=0.0, aux_weight=config.beta, contrastive_weight=config.gamma,
-            num_views=spec.num_views, augment=augment,
-            bn_recalibration="before_validation" if recalibrate else "none",
-        ))
-        stages.append(StagePlan(
-            name="linear", max_epochs=config.linear_eval_epochs or config.max_epochs,
-            lr=config.linear_eval_lr or config.lr, batch_size=config.linear_eval_batch_size or config.batch_size,
-            train_encoder=False, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0,
-            num_views=spec.num_views if pretrain_views else 1, augment=augment if pretrain_views else "none",
-            reset_scoring_head=True, encoder_train_mode=config.linear_eval_encoder_mode == "train",
-            # a frozen encoder in train mode normalises with batch statistics: nothing to re-estimate
-            bn_recalibration="at_start" if recalibrate and config.linear_eval_encoder_mode == "eval" else "none",
-            # fixed embeddings: a frozen encoder in eval mode on one un-augmented view
-            cached_features=(config.linear_eval_feature_cache and config.linear_eval_encoder_mode == "eval"
-                             and not pretrain_views),
-        ))
-    else:
-        stages.append(StagePlan(
-            name="supervised", max_epochs=config.max_epochs, lr=config.lr, batch_size=config.batch_size,
-            train_encoder=True, answer_weight=1.0, aux_weight=config.beta if spec.auxiliary else 0.0,
-            contrastive_weight=0.0, num_views=spec.num_views, augment=augment,
-        ))
-    if config.finetune:
-        stages.append(StagePlan(
-            name="finetune", max_epochs=config.finetune_epochs or config.max_epochs, lr=config.finetune_lr,
-            batch_size=config.batch_size,
-            train_encoder=True, answer_weight=1.0, aux_weight=0.0, contrastive_weight=0.0,
-            num_views=spec.num_views if pretrain_views else 1, augment=augment,
-        ))
-    return stages
-
-
-def within_total_epochs(plan: StagePlan, epochs_done: int, config: "TrainConfig") -> StagePlan | None:
-    """``plan`` with its epoch limit cut to what ``max_total_epochs`` leaves after ``epochs_done`` epochs of
-    earlier stages; ``None`` when nothing is left (the stage does not run). Unchanged without a total limit."""
-    if config.max_total_epochs is None:
-        return plan
-    left = config.max_total_epochs - epochs_done
-    if left <= 0:
-        return None
-    return dataclasses.replace(plan, max_epochs=min(plan.max_epochs, left))
-
-
-def protocol_of(config: "TrainConfig", stages_run: list[str]) -> str:
-    """The :data:`PROTOCOLS` entry of a run whose stages ``stages_run`` (names, in order) trained."""
-    if "finetune" in stages_run:
-        return "fine_tuned"
-    if not SETUPS[config.setup].contrastive:
-        return "supervised"
-    return "linear_evaluation" if "linear" in stages_run else "untrained_head"
+    @property
+    def contrastive_weight(self) -> float:
+        """Weight of the MLCL loss (0 = projection head unused)."""
+        return self.weight("mlcl")

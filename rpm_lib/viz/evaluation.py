@@ -150,7 +150,7 @@ def plot_setup_accuracies(rows: Sequence[Any], seed_values: Mapping[str, Sequenc
         rows: ``results.Table1Row``; the bar label is ``claims.row_key(row)`` (setup, or setup + ablation).
         seed_values: optional row key -> per-seed averages (percent) drawn as dots.
     """
-    from rpm_lib.claims import row_key
+    from rpm_lib.results.claims import row_key
 
     keys = [row_key(r) for r in rows]
     y = np.arange(len(rows))[::-1]

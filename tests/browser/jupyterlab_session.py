@@ -86,7 +86,7 @@ def jupyterlab(root: Path) -> Iterator[str]:
                 break
             except OSError:
                 if time.time() > deadline or server.poll() is not None:
-                    raise RuntimeError(f"JupyterLab did not start; see {root / 'jupyterlab.log'}")
+                    raise RuntimeError(f"JupyterLab did not start; see {root / 'jupyterlab.log'}") from None
                 time.sleep(0.5)
         yield f"http://127.0.0.1:{port}", token
     finally:

@@ -1,10 +1,15 @@
 """Bad input -> DataFormatError naming the file/folder and the problem (RAVEN and PGM)."""
 from __future__ import annotations
 
+import io
+import zipfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from rpm_lib.data import DataFormatError, PgmDataset, RavenDataset, find_raven_files, load_pgm_npz, load_raven_npz
+from rpm_lib.data.npz import read_npz
 
 CONFIG = "center_single"
 
@@ -160,3 +165,16 @@ def test_bad_pgm_content(tmp_path, pgm, overrides, message):
     with pytest.raises(DataFormatError, match=message) as info:
         load_pgm_npz(path)
     assert str(path) in str(info.value)
+
+
+def test_an_npz_header_promising_more_than_the_file_is_refused_before_allocation(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f8", "fortran_order": False,
+                                                  "shape": (60_000, 60_000, 2)})  # 53 GiB promised
+    buffer.write(b"\0" * 64)
+    path = tmp_path / "RAVEN_0_train.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("image.npy", buffer.getvalue())
+    with pytest.raises(DataFormatError, match=r"member 'image' claims \(60000, 60000, 2\) float64 "
+                                              r"\(57600000000 bytes\) but holds"):
+        read_npz(path, ("image",))

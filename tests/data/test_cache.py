@@ -1,15 +1,20 @@
-"""The memory-mapped cache: equality with raw reading, interrupted builds, skip reports, incompatibilities."""
+"""The memory-mapped cache: equality with raw reading, interrupted builds, skip reports, incompatibilities, and a
+cache replaced while a dataset reads it."""
 from __future__ import annotations
 
 import json
+import pickle
+import shutil
 
 import numpy as np
 import pytest
 import torch
 
+from generated_caches import SETTINGS
 from rpm_lib import rules
 from rpm_lib.data import DataFormatError, PgmDataset, RavenDataset, is_cache, prepare_cache, read_manifest
-from rpm_lib.data import cache as cache_module
+from rpm_lib.data.cache import build as cache_module
+from rpm_lib.generator.cache_writer import generate_cache
 
 SPLITS = ("train", "val", "test")
 
@@ -170,3 +175,21 @@ def test_datasets_survive_pickling(iraven_reference, tmp_path):
         dataset[0]  # opens the memmap / draws nothing for "fixed"
         clone = pickle.loads(pickle.dumps(dataset))
         assert_same_samples(dataset, clone)
+
+
+def test_a_cache_replaced_while_a_run_reads_it_is_refused_not_mixed(tmp_path):
+    """A DataLoader worker maps ``panels.npy`` when it starts (each epoch without persistent workers): found, it
+    mapped the new cache's panels beside the labels read from the old one, silently."""
+    first, second = tmp_path / "cache", tmp_path / "other"
+    for out, seed in ((first, 1), (second, 2)):
+        generate_cache(out, **{**SETTINGS, "seed": seed})
+    dataset = RavenDataset(first, "train", image_size=16, configurations=["center_single"])
+    dataset[0]
+    in_a_worker = pickle.dumps(dataset)  # what a spawned worker receives
+    shutil.rmtree(first)
+    shutil.copytree(second, first)  # the user regenerated it "with the same command", another seed
+
+    worker = pickle.loads(in_a_worker)
+    with pytest.raises(DataFormatError, match=r"cache/panels.npy: changed since the dataset was opened"):
+        worker[0]
+    dataset[0]  # the process that mapped the old file keeps reading it whole

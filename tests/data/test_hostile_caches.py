@@ -1,4 +1,4 @@
-"""Caches that lie (issue 12): a damaged or edited cache is refused on open with one DataFormatError that names
+"""Caches that lie: a damaged or edited cache is refused on open with one DataFormatError that names
 the file and the field, and `rpm-data prepare` never calls a damaged cache "up to date"."""
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_rpm_data_answers_a_busy_folder_with_one_line(raw_and_cache, tmp_path: P
 
 def test_a_worker_killed_mid_build_stops_the_build_with_an_error_not_a_hang(raw_and_cache, tmp_path: Path,
                                                                             monkeypatch) -> None:
-    from rpm_lib.data import cache as cache_module
+    from rpm_lib.data.cache import build as cache_module
 
     monkeypatch.setattr(cache_module, "_convert_chunk", _die_in_worker)
     with pytest.raises(RuntimeError, match=r"a worker process died .* finished chunks are kept and a rerun resumes"):

@@ -17,9 +17,10 @@ from rpm_lib.data import opencv_version
 from rpm_lib.data.cache import prepare_cache
 from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
 from rpm_lib.generator.cache_writer import GeneratedRecords, generate_cache
-from rpm_lib.generator.writer import GeneratorSettingsError, write_dataset
+from rpm_lib.data.records import GeneratorSettingsError
+from rpm_lib.generator.writer import write_dataset
 from rpm_lib.training.config import ConfigError
-from rpm_lib.training.run import ProgressRecord
+from rpm_lib.training.progress_record import ProgressRecord
 
 OTHER = "0.0.0-other"
 

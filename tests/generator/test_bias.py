@@ -1,4 +1,5 @@
-"""Context-blind bias probe: chance on I-RAVEN (balanced), far above chance on RAVEN (original)."""
+"""Context-blind bias probe: chance on I-RAVEN (balanced), far above chance on RAVEN (original); its command line
+refuses a bad count or seed in one line."""
 from __future__ import annotations
 
 import numpy as np
@@ -54,3 +55,16 @@ def test_script_prints_both_modes_and_the_interval(capsys) -> None:
     assert "99% binomial interval" in out
     assert "balanced" in out and "original" in out
     assert out.count("%") >= 2 + 2 * 7
+
+
+@pytest.mark.parametrize("argv", [["--count", "0"], ["--count", "-1"], ["--seed", "-1", "--count", "1"]])
+def test_bias_probe_refuses_a_bad_count_or_seed_in_one_line(capsys: pytest.CaptureFixture[str],
+                                                            argv: list[str]) -> None:
+    # a ValueError traceback after printing the probe's header
+    from rpm_lib.generator import bias
+
+    with pytest.raises(SystemExit) as stopped:
+        bias.main([*argv, "--configuration", "center_single"])
+    assert stopped.value.code == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "Warning" not in line]
+    assert len(err) == 1 and err[0].startswith("python -m rpm_lib.generator.bias: error: --"), err

@@ -1,10 +1,19 @@
 """``rpm-generate`` and the ``python -m rpm_lib.demo`` steps."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from rpm_lib.generator import cli
+from rpm_lib.generator import cli, writer
+
+CONFIGURATION = "center_single"
+CPUS = os.cpu_count() or 1
 
 
 def test_help_lists_every_option_and_the_layout(capsys):
@@ -67,7 +76,7 @@ def test_demo_steps_are_idempotent_and_write_the_gallery(tmp_path, capsys):
     assert len(list((tmp_path / "data").glob("*/RAVEN_0_train.npz"))) == 7
     assert demo.main(argv[:-1] + ["generate"]) == 0  # a rerun reuses the finished data
     assert "0 written, 7 reused" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as refused:  # before any work: one line, exit 2 (found by hostile testing)
+    with pytest.raises(SystemExit) as refused:  # before any work: one line, exit 2
         demo.main(argv[:-2] + ["--steps", "fly"])
     assert refused.value.code == 2
     assert "argument --steps: unknown step fly (known: " in capsys.readouterr().err
@@ -147,3 +156,94 @@ def test_no_xml_with_a_cache_is_said_to_do_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--no-xml has no effect with --cache-size" in err and len(err.strip().splitlines()) == 1
     assert not list((tmp_path / "c").rglob("*.xml"))
+
+
+def _plant(kind: str, lock: Path, target: Path) -> None:
+    """Put ``kind`` of file at ``lock``: something a lock file must never be written through."""
+    if kind == "symlink":
+        lock.symlink_to(target)
+    elif kind == "dangling symlink":
+        lock.symlink_to(target.with_name("not-there"))
+    elif kind == "hard link":
+        os.link(target, lock)
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+
+
+PLANTED = {"symlink": "a symbolic link", "dangling symlink": "a symbolic link", "hard link": "a hard link (2 names share its content)",
+           "fifo": "a FIFO", "folder": "a folder"}
+
+
+@pytest.mark.parametrize("kind", list(PLANTED))
+def test_rpm_generate_never_writes_through_what_is_planted_at_its_lock(tmp_path, capsys, kind):
+    out, target = tmp_path / "out", tmp_path / "precious.txt"
+    out.mkdir()
+    target.write_text("precious content\n")
+    lock = out / writer.LOCK_FILE
+    _plant(kind, lock, target)
+
+    code = cli.main(["--out", str(out), "--num-per-config", "1", "--configurations", CONFIGURATION,
+                               "--quiet"])
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [f"rpm-generate: error: {lock}: the lock file of {out} is {PLANTED[kind]}; refusing to write to "
+                   "it (remove it and rerun)"]
+    assert target.read_text() == "precious content\n"
+    assert not target.with_name("not-there").exists(), "a dangling link's target must not be created"
+    assert not (out / CONFIGURATION).exists(), "nothing generated"
+
+
+def test_a_request_far_beyond_the_disk_is_refused_at_once_with_one_line(tmp_path):
+    out = tmp_path / "huge"
+    began = time.perf_counter()
+    # Without the up-front check, the scan alone of 7 * 10**8 requested problems takes many minutes.
+    result = subprocess.run(
+        [sys.executable, "-m", "rpm_lib.generator.cli", "--out", str(out), "--num-per-config", "100000000", "--quiet"],
+        capture_output=True, text=True, timeout=30, env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"})
+    seconds = time.perf_counter() - began
+
+    err = result.stderr.strip().splitlines()
+    assert result.returncode == 1, result.stderr
+    assert len(err) == 1 and result.stdout == ""
+    assert err[0].startswith(f"rpm-generate: error: no space left on {out} for rpm-generate: need ~")
+    assert " MB, " in err[0] and " MB free (700,000,000 problems to write, ~" in err[0]
+    assert seconds < 15, f"took {seconds:.1f} s"
+    assert not (out / CONFIGURATION).exists()
+
+
+def test_rpm_generate_caps_workers_at_the_cpus_and_says_so(tmp_path, capsys, monkeypatch):
+    asked = []
+
+    def fake_write_dataset(root, configurations, **options):
+        asked.append(options["workers"])
+        return {"total": 1, "skipped": 0, "written": 1}
+
+    monkeypatch.setattr(cli, "write_dataset", fake_write_dataset)
+    code = cli.main(["--out", str(tmp_path), "--num-per-config", "1", "--configurations", CONFIGURATION,
+                               "--workers", str(CPUS + 1000), "--quiet"])
+
+    assert code == 0 and asked == [CPUS]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"rpm-generate: note: --workers {CPUS + 1000} capped at {CPUS}, the number of CPUs"]
+    cli.main(["--out", str(tmp_path), "--num-per-config", "1", "--configurations", CONFIGURATION,
+                        "--workers", str(CPUS), "--quiet"])
+    assert asked[-1] == CPUS and capsys.readouterr().err == "", "no note when nothing is capped"
+
+
+@pytest.mark.parametrize("text", ["Center,,L-R", "Center,", "Center, ,L-R"])
+def test_an_empty_item_in_a_configuration_list_is_refused_not_dropped(tmp_path, capsys, text):
+    from rpm_lib.training.config import ConfigError, TrainConfig
+
+    with pytest.raises(SystemExit) as caught:  # argparse's usage error
+        cli.main(["--out", str(tmp_path / "out"), "--num-per-config", "1", "--configurations", text,
+                            "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert caught.value.code == 2
+    assert err == [f"rpm-generate: error: --configurations: empty item in the comma-separated list {text!r} (remove "
+                   "the extra comma) (see rpm-generate --help)"]
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"^config field 'configurations': empty item in the comma-separated list"):
+        TrainConfig().with_overrides([f"configurations={text}"])

@@ -1,13 +1,10 @@
 """Answer-blind Mesh Number alternatives (rpm_lib.generator.mesh_balance; docs/generator.md, "Line counts the
-candidates do not give away"), the mesh-faithful mode that keeps raven-datasets' draws, and the learned
-candidates-only probe bench (bench/candidates_probe.py)."""
+candidates do not give away") and the mesh-faithful mode that keeps raven-datasets' draws."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from collections import Counter
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +28,6 @@ MESH = "I-RAVEN-Mesh"
 CONSTANT_TSC = [Rule(0, "Constant", attr) for attr in ("Type", "Size", "Color")]
 TOP = LAYOUTS[MESH_LAYOUT].number[1]
 MESH_OPTIONS = regime_rule_table("center_single", 1, 0, regime=MESH)
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _rule(option) -> Rule:
@@ -190,68 +186,3 @@ def test_the_faithful_mode_needs_the_mesh():
         check_mode(MESH_FAITHFUL, mesh=False)
     with pytest.raises(ValueError, match="needs the Mesh"):
         next(generate_problems("center_single", 1, mode=MESH_FAITHFUL))
-
-
-# ------------------------------------------------------------------------------------------------------
-# bench/candidates_probe.py
-# ------------------------------------------------------------------------------------------------------
-
-
-def _probe_module():
-    spec = importlib.util.spec_from_file_location("candidates_probe", REPO / "bench" / "candidates_probe.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_probe_model_is_permutation_equivariant():
-    import torch
-
-    probe = _probe_module()
-    torch.manual_seed(0)
-    model = probe.build_model(40).eval()
-    x = torch.rand(3, 8, 40, 40)
-    order = torch.randperm(8)
-    with torch.no_grad():
-        assert torch.allclose(model(x)[:, order], model(x[:, order]), atol=1e-6)
-
-
-def test_the_probe_shuffles_candidates_with_their_target():
-    import torch
-
-    probe = _probe_module()
-    images = torch.arange(4 * 8).reshape(4, 8, 1, 1).float().expand(4, 8, 2, 2).contiguous()
-    target = torch.tensor([0, 3, 7, 5])
-    shuffled, new_target = probe._permuted(images, target, torch.Generator().manual_seed(1))
-    for i in range(4):
-        assert shuffled[i, new_target[i], 0, 0] == images[i, target[i], 0, 0]
-        assert sorted(shuffled[i, :, 0, 0].tolist()) == images[i, :, 0, 0].tolist()
-
-
-def test_the_probe_finds_a_planted_cue_and_not_a_missing_one():
-    """End to end on synthetic candidates: a darker answer is found, identical-looking candidates stay near
-    chance (the probe can fail both ways)."""
-    probe = _probe_module()
-    rng = np.random.default_rng(0)
-    n = 700
-    images = rng.integers(150, 256, size=(n, 8, 16, 16), dtype=np.uint8)
-    target = rng.integers(0, 8, size=n)
-    split = np.where(np.arange(n) % 10 < 6, 0, np.where(np.arange(n) % 10 < 8, 1, 2)).astype(np.int8)
-    planted = images.copy()
-    planted[np.arange(n), target, 4:12, 4:12] = 0
-    found = probe.train_probe({"images": planted, "target": target, "split": split}, epochs=2, seed=0)
-    blind = probe.train_probe({"images": images, "target": target, "split": split}, epochs=1, seed=0)
-    assert found["accuracy"] > 0.9 and not found["at_chance"]
-    assert blind["accuracy"] < 0.25
-    low, high = probe.clopper_pearson(found["test_hits"], found["test"])
-    assert low <= found["accuracy"] <= high
-
-
-def test_probe_runs_are_checked_against_the_generator():
-    probe = _probe_module()
-    assert probe.parse_run("I-RAVEN-Mesh") == ("I-RAVEN-Mesh", "balanced")
-    assert probe.parse_run("I-RAVEN:original") == ("I-RAVEN", "original")
-    with pytest.raises(ValueError):
-        probe.parse_run("I-RAVEN-Mesh:original")
-    with pytest.raises(ValueError):
-        probe.parse_run("A/Color:mesh-faithful")

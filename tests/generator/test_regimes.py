@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
+from rpm_lib.data import records
 from rpm_lib.generator import sampling, writer
 from rpm_lib.generator.api import generate_problem, generate_problems, problem_rng
 from rpm_lib.generator.constants import CONFIG_SPECS
@@ -477,7 +478,7 @@ def test_an_all_test_folder_and_its_regime_json(tmp_path):
                 assert rules[7] != "Constant"      # the In grid's colour must
             else:
                 assert rules[3] != "Constant"
-    record = json.loads((tmp_path / writer.REGIME_FILE).read_text())
+    record = json.loads((tmp_path / records.REGIME_FILE).read_text())
     assert {k: record[k] for k in ("regime", "held_out", "mesh", "seed", "mode", "val", "test")} == {
         "regime": "A/Color", "held_out": {"Color": "Constant"}, "mesh": False, "seed": 3, "mode": "balanced",
         "val": 0, "test": 10}
@@ -487,11 +488,11 @@ def test_an_all_test_folder_and_its_regime_json(tmp_path):
 
 def test_a_resumed_write_with_other_regime_or_splits_is_refused(tmp_path):
     writer.write_dataset(tmp_path, ["center_single"], count=2, seed=5, regime="A/Color", progress=False)
-    with pytest.raises(writer.GeneratorSettingsError, match=r"regime 'A/Color' there, 'A/Size' asked"):
+    with pytest.raises(records.GeneratorSettingsError, match=r"regime 'A/Color' there, 'A/Size' asked"):
         writer.write_dataset(tmp_path, ["center_single"], count=3, seed=5, regime="A/Size", progress=False)
-    with pytest.raises(writer.GeneratorSettingsError, match=r"test 2 there, 3 asked"):
+    with pytest.raises(records.GeneratorSettingsError, match=r"test 2 there, 3 asked"):
         writer.write_dataset(tmp_path, ["center_single"], count=3, seed=5, regime="A/Color", test=3, progress=False)
-    with pytest.raises(writer.GeneratorSettingsError, match=r"regime 'A/Color' there, 'I-RAVEN' asked"):
+    with pytest.raises(records.GeneratorSettingsError, match=r"regime 'A/Color' there, 'I-RAVEN' asked"):
         writer.write_dataset(tmp_path, ["center_single"], count=3, seed=5, progress=False)
     assert writer.write_dataset(tmp_path, ["center_single"], count=3, seed=5, regime="A/Color",
                                 progress=False)["written"] == 1
@@ -499,12 +500,12 @@ def test_a_resumed_write_with_other_regime_or_splits_is_refused(tmp_path):
 
 def test_a_settings_record_from_before_regimes_reads_as_plain_iraven(tmp_path):
     writer.write_dataset(tmp_path, ["center_single"], count=1, seed=5, progress=False)
-    (tmp_path / writer.SETTINGS_FILE).write_text(json.dumps({"seed": 5, "mode": "balanced", "version": "0.1.0"}))
-    (tmp_path / writer.REGIME_FILE).unlink()
-    with pytest.raises(writer.GeneratorSettingsError, match="regime 'I-RAVEN' there, 'A/Type' asked"):
+    (tmp_path / records.SETTINGS_FILE).write_text(json.dumps({"seed": 5, "mode": "balanced", "version": "0.1.0"}))
+    (tmp_path / records.REGIME_FILE).unlink()
+    with pytest.raises(records.GeneratorSettingsError, match="regime 'I-RAVEN' there, 'A/Type' asked"):
         writer.write_dataset(tmp_path, ["center_single"], count=2, seed=5, regime="A/Type", progress=False)
     assert writer.write_dataset(tmp_path, ["center_single"], count=2, seed=5, progress=False)["written"] == 1
-    assert json.loads((tmp_path / writer.REGIME_FILE).read_text())["regime"] == "I-RAVEN"
+    assert json.loads((tmp_path / records.REGIME_FILE).read_text())["regime"] == "I-RAVEN"
 
 
 # ---------------------------------------------------------------------------------------------------------------

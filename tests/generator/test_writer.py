@@ -1,7 +1,6 @@
 """Files: released layout, keys, dtypes; atomic + resumable + deterministic set writing."""
 from __future__ import annotations
 
-import filecmp
 import json
 import zipfile
 from pathlib import Path
@@ -10,10 +9,12 @@ import numpy as np
 import pytest
 
 from rpm_lib import rules
+from rpm_lib.data import records
 from rpm_lib.generator import writer
 from rpm_lib.generator.labels import problem_labels
 from rpm_lib.generator.xml_io import read_problem_xml
 
+CONFIGURATION = "center_single"
 SMALL = ["center_single", "in_distribute_four_out_center_single"]
 
 
@@ -171,22 +172,22 @@ def test_generated_files_have_the_reference_keys_shapes_and_dtypes(iraven_refere
 
 def test_a_folder_of_other_settings_is_refused_and_the_settings_are_recorded(tmp_path):
     writer.write_dataset(tmp_path, SMALL, count=2, seed=5, progress=False)
-    record = json.loads((tmp_path / writer.SETTINGS_FILE).read_text())
+    record = json.loads((tmp_path / records.SETTINGS_FILE).read_text())
     assert (record["seed"], record["mode"]) == (5, "balanced")
-    with pytest.raises(writer.GeneratorSettingsError, match=r"other settings \(seed 5 there, 6 asked\)"):
+    with pytest.raises(records.GeneratorSettingsError, match=r"other settings \(seed 5 there, 6 asked\)"):
         writer.write_dataset(tmp_path, SMALL, count=3, seed=6, progress=False)
-    with pytest.raises(writer.GeneratorSettingsError, match=r"mode 'balanced' there, 'original' asked"):
+    with pytest.raises(records.GeneratorSettingsError, match=r"mode 'balanced' there, 'original' asked"):
         writer.write_dataset(tmp_path, SMALL, count=3, seed=5, mode="original", progress=False)
     assert writer.write_dataset(tmp_path, SMALL, count=3, seed=5, progress=False)["written"] == len(SMALL)
 
 
 def test_a_mesh_folder_of_the_draw_before_the_answer_blind_one_is_not_extended(tmp_path):
     writer.write_dataset(tmp_path, SMALL, count=1, seed=5, progress=False, regime="I-RAVEN-Mesh")
-    record = json.loads((tmp_path / writer.SETTINGS_FILE).read_text())
-    assert record[writer.MESH_DRAW_KEY] == writer.MESH_DRAW
-    del record[writer.MESH_DRAW_KEY]  # what an rpm_lib before the answer-blind draw wrote
-    (tmp_path / writer.SETTINGS_FILE).write_text(json.dumps(record))
-    with pytest.raises(writer.GeneratorSettingsError, match=r"mesh_number_draw 'raven-datasets .*' there, "
+    record = json.loads((tmp_path / records.SETTINGS_FILE).read_text())
+    assert record[records.MESH_DRAW_KEY] == records.MESH_DRAW
+    del record[records.MESH_DRAW_KEY]  # what an rpm_lib before the answer-blind draw wrote
+    (tmp_path / records.SETTINGS_FILE).write_text(json.dumps(record))
+    with pytest.raises(records.GeneratorSettingsError, match=r"mesh_number_draw 'raven-datasets .*' there, "
                                                             r"'answer-blind-v1' asked"):
         writer.write_dataset(tmp_path, SMALL, count=2, seed=5, progress=False, regime="I-RAVEN-Mesh")
     # The faithful mode is raven-datasets' draw, named by its mode; plain folders never carry the key.
@@ -194,7 +195,7 @@ def test_a_mesh_folder_of_the_draw_before_the_answer_blind_one_is_not_extended(t
                          mode="mesh-faithful")
     writer.write_dataset(tmp_path / "plain", SMALL, count=1, seed=5, progress=False)
     for folder in ("faithful", "plain"):
-        assert writer.MESH_DRAW_KEY not in json.loads((tmp_path / folder / writer.SETTINGS_FILE).read_text())
+        assert records.MESH_DRAW_KEY not in json.loads((tmp_path / folder / records.SETTINGS_FILE).read_text())
 
 
 def test_a_second_writer_is_refused_naming_the_first(tmp_path):
@@ -218,3 +219,14 @@ def test_a_write_that_cannot_fit_is_refused_before_any_byte(tmp_path, monkeypatc
         writer.write_dataset(tmp_path, SMALL, count=100, seed=5, progress=False)
     assert [p.name for p in tmp_path.iterdir()] == [writer.LOCK_FILE], "nothing but the (released) lock file"
 
+
+def test_the_up_front_space_check_counts_problems_already_there(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    writer.write_dataset(tmp_path, [CONFIGURATION], count=3, seed=5, progress=False)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(10**9, 10**9 - 10**6, 10**6))
+    # A rerun of a finished write needs no space: a full disk must not refuse it.
+    summary = writer.write_dataset(tmp_path, [CONFIGURATION], count=3, seed=5, progress=False)
+    assert summary == {"total": 3, "skipped": 3, "written": 0}

@@ -17,7 +17,7 @@ from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.datamodule import RpmDataModule
 from rpm_lib.training.module import RpmModule
 from rpm_lib.training.run import train
-from rpm_lib.training.setups import stage_plan
+from rpm_lib.training.plans import stage_plan
 
 
 def _small_net() -> nn.Sequential:

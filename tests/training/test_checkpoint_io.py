@@ -1,7 +1,10 @@
-"""Checkpoints are written beside their target and renamed into place: a kill never leaves a half-written one."""
+"""Checkpoints are written beside their target and renamed into place: a kill never leaves a half-written one, and
+a stale ``.partial`` left by an earlier kill (a symbolic link, a read-only file) or a folder where the checkpoint
+goes never makes a save write elsewhere or fail without naming the file."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,3 +108,56 @@ def test_a_disk_that_fills_up_during_a_save_is_one_line_and_keeps_the_last_check
     monkeypatch.setattr(checkpoint_io.torch, "save", real_save)  # space freed
     assert cli.main(["--config", str(tmp_path / "run.yaml"), "resume=true"]) == 0
     assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+def test_a_stale_partial_that_is_a_symlink_is_not_written_through(tmp_path: Path) -> None:
+    import torch
+
+    from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
+
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("my thesis\n")
+    stage = tmp_path / "run" / "checkpoints" / "supervised"
+    stage.mkdir(parents=True)
+    (stage / "last.ckpt.partial").symlink_to(victim)
+    SameFolderCheckpointIO().save_checkpoint({"step": 3}, stage / "last.ckpt")
+    assert victim.read_text() == "my thesis\n"
+    assert not (stage / "last.ckpt").is_symlink()
+    assert torch.load(stage / "last.ckpt", weights_only=True) == {"step": 3}
+
+
+_READ_ONLY_PARTIAL = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
+    stage = Path(sys.argv[1])
+    SameFolderCheckpointIO().save_checkpoint({"step": 3}, stage / "last.ckpt")
+    print("saved")
+""")
+
+
+def test_a_stale_read_only_partial_does_not_fail_the_save(tmp_path: Path) -> None:
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / "last.ckpt.partial").write_bytes(b"left by a kill")
+    os.chmod(stage / "last.ckpt.partial", 0o444)
+    command = [sys.executable, "-c", _READ_ONLY_PARTIAL, str(stage)]
+    if os.geteuid() == 0:  # root writes read-only files anyway: drop the capability that lets it
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv")
+        command = ["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "NO_ALBUMENTATIONS_UPDATE": "1"})
+    assert done.returncode == 0 and "saved" in done.stdout, done.stderr[-800:]
+    assert (stage / "last.ckpt").is_file() and not (stage / "last.ckpt.partial").exists()
+
+
+def test_a_folder_where_last_ckpt_goes_is_named_in_the_error(tmp_path: Path) -> None:
+    from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
+
+    (tmp_path / "last.ckpt").mkdir()
+    with pytest.raises(OSError) as caught:
+        SameFolderCheckpointIO().save_checkpoint({"step": 3}, tmp_path / "last.ckpt")
+    # it named last.ckpt.partial, which the user cannot find (it is removed on the way out)
+    assert caught.value.filename == str(tmp_path / "last.ckpt"), caught.value
+    assert not (tmp_path / "last.ckpt.partial").exists()

@@ -1,4 +1,4 @@
-"""The accelerator code paths, on the device ``bench/device_check.sh`` runs them on.
+"""The accelerator code paths, on the device ``tools/gpu_check.sh`` runs them on.
 
 Marked ``gpu``: the device check runs ``pytest -m gpu`` on the GPU machine. The device is ``RPM_TEST_DEVICE``
 (``cuda`` / ``cpu``), by default CUDA when present and the CPU otherwise, so every path also runs in
@@ -24,7 +24,8 @@ import torch
 from rpm_lib.encoders import create_encoder, list_encoders
 from rpm_lib.losses import mlcl_loss
 from rpm_lib.training.config import TrainConfig
-from rpm_lib.training.run import resolve_precision, train
+from rpm_lib.training.run import train
+from rpm_lib.training.trainer import resolve_precision
 from rpm_lib.training.setups import SETUPS
 
 pytestmark = pytest.mark.gpu
@@ -144,7 +145,7 @@ def test_a_training_step_never_waits_for_the_gpu(tiny_config: Callable[..., Trai
     """On CUDA, the second step runs under sync-debug mode "error"; on the CPU the same steps run (no host-device
     synchronisation exists there), so the test's own code cannot rot between GPU runs."""
     from rpm_lib.training.module import RpmModule
-    from rpm_lib.training.setups import stage_plan
+    from rpm_lib.training.plans import stage_plan
 
     config = tiny_config(setup=setup)
     module = RpmModule(config, config.rule_spec.width).to(DEVICE)

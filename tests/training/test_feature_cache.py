@@ -14,7 +14,7 @@ import torch
 from rpm_lib.training import feature_cache
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.run import train
-from rpm_lib.training.setups import stage_plan
+from rpm_lib.training.plans import stage_plan
 
 
 def _linear_rows(run_dir: Path) -> list[dict[str, str]]:

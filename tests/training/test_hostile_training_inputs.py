@@ -1,4 +1,5 @@
-"""Hostile training inputs (issue 12): every case a clear one-line error naming the field, nothing silently wrong."""
+"""Training inputs that are wrong or damaged: every case a clear one-line error naming the field, nothing silently
+wrong."""
 from __future__ import annotations
 
 from pathlib import Path

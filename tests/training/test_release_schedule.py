@@ -19,7 +19,8 @@ from rpm_lib.training.datamodule import RpmDataModule
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.module import RpmModule
 from rpm_lib.training.run import train
-from rpm_lib.training.setups import PROTOCOLS, protocol_of, stage_plan, within_total_epochs
+from rpm_lib.training.plans import protocol_of, stage_plan, within_total_epochs
+from rpm_lib.training.setups import PROTOCOLS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -172,7 +173,8 @@ def test_concat_rule_head_in_the_model(tiny_config: Callable[..., TrainConfig]) 
 
 
 def _load_bench() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_mlcl_collapse", REPO / "bench" / "bench_mlcl_collapse.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_mlcl_collapse", REPO / "experiments" / "release-comparison" / "bench_mlcl_collapse.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)

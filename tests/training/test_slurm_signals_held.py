@@ -115,6 +115,6 @@ def test_the_slurm_start_refuses_arguments_it_does_not_expect_in_one_line(tmp_pa
 def test_slurm_jobs_start_through_it() -> None:
     import inspect
 
-    from rpm_lib import slurm
+    from rpm_lib.batch import slurm
 
     assert "-m rpm_lib.slurm_start" in inspect.getsource(slurm.submit)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rpm_lib.training import cli
+from rpm_lib.training.cli import main as rpm_train
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.eval_sets import (IN_DISTRIBUTION, OUT_OF_DISTRIBUTION, UNKNOWN, EvalSet, RegimeInfo,
                                         classify_distribution, extra_sets, read_regime, regime_file,
@@ -260,3 +261,15 @@ def test_resuming_with_other_test_sets_drops_the_old_sets_predictions(tiny_confi
     metrics = train(config.with_overrides({"resume": True, "test_data_roots": None}))
     assert [s["name"] for s in metrics["test_sets"]] == ["val", "test"]
     assert not (run_dir / "predictions_A-Size.npz").exists() and (run_dir / "predictions.npz").is_file()
+
+
+def test_a_data_folder_of_another_regime_is_one_line_from_rpm_train(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "a-color"
+    common = [f"data_root={data}", "generate=true", "generate_num_per_config=10", "setup=ce", "max_steps=1",
+              "max_epochs=1", "batch_size=2", "progress_bar=false", "image_size=32"]
+    assert rpm_train([*common, f"run_dir={tmp_path / 'a'}", "generate_regime=A/Color"]) == 0
+    capsys.readouterr()
+    assert rpm_train([*common, f"run_dir={tmp_path / 'b'}"]) == 2  # the same folder, asked for plain I-RAVEN
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rpm-train: error: config field 'data_root': ") and "\n" not in err, err

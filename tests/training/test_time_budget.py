@@ -1,5 +1,5 @@
 """Time-boxed runs: a run cut into slices by ``time_budget``, each resumed in a fresh folder from the previous
-slice's archive (``rpm_lib.run_archive``) on regenerated data, ends with exactly the uninterrupted run's metrics.
+slice's archive (``rpm_lib.runs.archive``) on regenerated data, ends with exactly the uninterrupted run's metrics.
 
 The slices are cut by a fake clock (every reading advances it by one second), so where they stop is the same
 on every machine; one test uses the real clock to show the stop comes before the budget ends.
@@ -19,11 +19,11 @@ import lightning as L
 import numpy as np
 import pytest
 
-from rpm_lib import run_archive
+from rpm_lib.runs import archive as run_archive
 from rpm_lib.training import cli, time_budget
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.history import history_rows
-from rpm_lib.run_progress import UNFINISHED_EXIT_CODE
+from rpm_lib.run_folder import UNFINISHED_EXIT_CODE
 from rpm_lib.training.run import train
 
 
@@ -176,7 +176,7 @@ def test_a_run_resumed_on_other_pixels_of_the_same_problems_goes_on_only_when_to
 def test_only_the_writing_process_notes_a_run_going_on_with_other_pixels(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
-    from rpm_lib.training.run import ProgressRecord
+    from rpm_lib.training.progress_record import ProgressRecord
 
     cache, redrawn = _cache_and_redrawn_copy(tmp_path)
     started = {"data_fingerprint": data_fingerprint(cache), "data_problems": problems_fingerprint(cache)}
@@ -190,7 +190,7 @@ def test_a_refusal_of_other_pixels_blames_opencv_only_when_the_versions_differ(t
     # Found by hostile testing: one edited byte of a cache was put down to "OpenCV versions" that were the same.
     import rpm_lib.data.opencv_version as opencv_version
     from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
-    from rpm_lib.training.run import ProgressRecord
+    from rpm_lib.training.progress_record import ProgressRecord
 
     cache, redrawn = _cache_and_redrawn_copy(tmp_path)
     here = opencv_version.recorded(redrawn)

@@ -9,7 +9,8 @@ import yaml
 
 from rpm_lib.training import cli
 from rpm_lib.training.config import ConfigError, TrainConfig, field_help, parse_overrides
-from rpm_lib.training.setups import SETUPS, stage_plan
+from rpm_lib.training.plans import stage_plan
+from rpm_lib.training.setups import SETUPS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,7 +138,7 @@ def test_cli_reports_a_bad_value(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_config_file_naming_a_field_twice_or_a_folder_is_one_line(tmp_path: Path) -> None:
-    # Found by hostile testing: PyYAML silently kept the second of two values; a folder "did not exist".
+    # Before this check, PyYAML silently kept the second of two values; a folder "did not exist".
     twice = tmp_path / "twice.yaml"
     twice.write_text("matmul_precision: high\nseed: 1\nmatmul_precision: medium\n")
     with pytest.raises(ConfigError, match=r"twice.yaml: not valid YAML: key 'matmul_precision' appears twice \(line 3\)"):
@@ -152,7 +153,7 @@ def test_a_config_file_naming_a_field_twice_or_a_folder_is_one_line(tmp_path: Pa
 
 
 def test_settings_that_change_nothing_are_named() -> None:
-    # Found by hostile testing: compile_scope=step without compile=true was accepted without a word.
+    # Before this check, compile_scope=step without compile=true was accepted without a word.
     assert TrainConfig().unused_settings() == []
     assert TrainConfig(compile_scope="step", compile_mode="reduce-overhead").unused_settings() == [
         "compile_scope=step and compile_mode=reduce-overhead take effect only with compile=true"]
@@ -162,3 +163,55 @@ def test_settings_that_change_nothing_are_named() -> None:
     assert on_cpu.unused_settings() == ["compile_mode=reduce-overhead replays CUDA graphs only on a CUDA GPU; here "
                                         "the step is compiled without them"]
     assert TrainConfig(compile=True, compile_scope="step").unused_settings() == []
+
+
+#: The three field classes as they were listed by hand before the fields carried them (training/run.py and
+#: rpm_lib/results.py): the metadata must reproduce them exactly.
+_RESUMABLE_CHANGES = {
+    "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
+    "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
+    "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
+    "compile_scope", "compile_mode", "fused_adam", "logger", "data_root", "run_dir", "data_check",
+}
+_FINISHED_RUN_IGNORES = {"max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps", "patience", "min_delta"}
+_NOT_COMPARED = {
+    "run_dir", "seed", "resume", "overwrite", "progress_bar", "save_predictions", "log_every_n_steps", "logger",
+    "time_budget", "data_root", "data_check", "test_data_roots", "generate", "generate_workers", "num_workers",
+    "accelerator", "devices", "num_nodes", "strategy", "precision", "matmul_precision", "memory_format",
+    "deterministic", "fused_adam", "compile", "compile_scope", "compile_mode",
+}
+
+
+def test_field_classes_are_computed_from_the_field_metadata() -> None:
+    from rpm_lib.training.config import FINISHED_RUN_IGNORES, NOT_COMPARED, RESUMABLE_CHANGES
+
+    assert RESUMABLE_CHANGES == _RESUMABLE_CHANGES
+    assert FINISHED_RUN_IGNORES == _FINISHED_RUN_IGNORES
+    assert NOT_COMPARED == _NOT_COMPARED
+    assert all(isinstance(s, frozenset) for s in (RESUMABLE_CHANGES, FINISHED_RUN_IGNORES, NOT_COMPARED))
+    assert FINISHED_RUN_IGNORES <= RESUMABLE_CHANGES  # only a resumable field can be ignored by a finished run
+
+
+def test_every_field_is_classified_for_each_class() -> None:
+    # A new field must say whether it may change on resume, whether a finished run ignores it and whether it
+    # separates Table 1 rows: the helper that declares fields has no default for its role.
+    for f in dataclasses.fields(TrainConfig):
+        for key in ("resumable", "finished_run_ignores", "compared"):
+            assert isinstance(f.metadata.get(key), bool), (f.name, key)
+    from rpm_lib.training import config_values
+
+    with pytest.raises(TypeError):
+        config_values.field(0, "a field without a role", "run")  # type: ignore[call-arg]
+
+
+def test_rpm_train_refuses_an_empty_config_path_instead_of_running_the_defaults(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rpm_lib.training import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--config", "", "--print-config"])
+    assert stopped.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rpm-train: error: argument --config/-c: empty"), err

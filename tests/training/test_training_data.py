@@ -9,7 +9,7 @@ import torch
 
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.datamodule import EpochSampler, RpmDataModule, make_dataset, subset_positions
-from rpm_lib.training.setups import stage_plan
+from rpm_lib.training.plans import stage_plan
 
 
 def test_sampler_order_is_a_function_of_seed_and_epoch() -> None:

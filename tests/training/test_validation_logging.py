@@ -1,5 +1,6 @@
 """Validation logs each term once per epoch from device-side sums; the values equal those of the per-batch
-``self.log`` calls it replaced (``bench/bench_validation_logging.py`` holds that old module and times both)."""
+``self.log`` calls it replaced (``experiments/gpu-profile/bench_validation_logging.py`` holds that old module
+and times both)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,8 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_per_epoch_validation_logging_equals_the_per_batch_logging_it_replaced(tiny_iraven: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_validation_logging",
-                                                  REPO / "bench" / "bench_validation_logging.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_validation_logging", REPO / "experiments" / "gpu-profile" / "bench_validation_logging.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     printed = io.StringIO()

@@ -1,0 +1,202 @@
+"""Fitting the stages of a run (:func:`train_stages`, :func:`run_stage`) and the checkpoints they resume or reload.
+
+A stage fits its ``Trainer`` (from its ``last.ckpt`` when resuming), reloads its best weights (``restore_best``)
+and is summarised for ``progress.json``. Checkpoints come from run folders that people share: they are read with
+``weights_only`` (never code) and must hold exactly the model's weights, and a resume point what Lightning resumes
+from (:func:`check_fits`), or the run stops in one line.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from rpm_lib.checkpoints import load_plain
+from rpm_lib.run_folder import CHECKPOINTS, HISTORY, PROGRESS, weights_record
+from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.datamodule import RpmDataModule
+from rpm_lib.training.history import history_rows
+from rpm_lib.training.module import RpmModule
+from rpm_lib.training.plans import within_total_epochs
+from rpm_lib.training.progress_record import ProgressRecord
+from rpm_lib.training.run_dir import inside_run_dir
+from rpm_lib.training.setups import StagePlan
+from rpm_lib.training.time_budget import Deadline, TimeBudgetReached, TimeBudgetStop
+from rpm_lib.training.trainer import make_trainer
+
+
+def run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodule: RpmDataModule, run_dir: Path,
+               callbacks: Sequence[L.Callback], deadline: Deadline | None = None) -> tuple[L.Trainer, dict[str, Any]]:
+    """Fit one stage (resuming its ``last.ckpt`` when asked) and summarise it.
+
+    Raises:
+        TimeBudgetReached: ``deadline`` stopped the stage; its resumable ``last.ckpt`` is written.
+    """
+    stage_dir = run_dir / CHECKPOINTS / plan.name
+    last = stage_dir / "last.ckpt"
+    trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks, deadline)
+    if config.resume and last.is_file():
+        # a damaged or foreign file is one line here, not Lightning's traceback
+        check_fits(module, load_checkpoint(last), last, resume_point_of=plan.name)
+    began = time.perf_counter()
+    # weights_only: a shared run folder's last.ckpt is untrusted input (never unpickle code from it).
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None,
+                weights_only=True)
+    if trainer.interrupted:
+        raise RuntimeError(f"stage {plan.name} was interrupted; rerun with resume=true to continue")
+    trainer.strategy.barrier("rpm_stage_end")
+    best = Path(checkpoint.best_model_path) if checkpoint.best_model_path else None
+    weights = best if (config.restore_best and best is not None and best.is_file()) else last
+    if config.restore_best and weights.is_file():
+        load_weights(module, weights)
+    score = checkpoint.best_model_score
+    epochs, steps, stopped_epoch = int(trainer.current_epoch), int(trainer.global_step), early_stopping.stopped_epoch
+    if steps == 0 and last.is_file():
+        # ddp_spawn / ddp_notebook train in child processes; the state of this process's Trainer stays at zero.
+        epochs, steps, score, stopped_epoch = _progress_from_checkpoint(last)
+    summary = {
+        "name": plan.name,
+        "completed": True,
+        "epochs": epochs,
+        "global_step": steps,
+        "best_val_loss": None if score is None else float(score),
+        "best_val_accuracy": _best_epoch_accuracy(run_dir, plan.name),
+        "stopped_early": bool(stopped_epoch > 0),
+        "weights": weights_record(run_dir, weights),
+        "lr": plan.lr,
+        "batch_size": plan.batch_size,
+        "wall_time_s": round(time.perf_counter() - began, 3),
+    }
+    budget = next((c for c in trainer.callbacks if isinstance(c, TimeBudgetStop)), None)  # type: ignore[attr-defined]
+    if budget is not None and budget.validation_seconds is not None:
+        summary["val_seconds"] = round(budget.validation_seconds, 3)
+    return trainer, summary
+
+
+def _best_epoch_accuracy(run_dir: Path, stage: str) -> float | None:
+    """Validation accuracy (fraction) of ``stage``'s epoch with the lowest validation loss, from ``history.csv``.
+
+    ``None`` when the stage has no answer accuracy (pre-training) or no history. With several stages that train
+    the scoring head (linear evaluation, then fine-tuning) this keeps each stage's own result in ``metrics.json``.
+    """
+    rows = [r for r in history_rows(run_dir / HISTORY)
+            if r.get("stage") == stage and r.get("val_loss") and r.get("val_accuracy")]
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: float(r["val_loss"]))
+    return float(best["val_accuracy"])
+
+
+def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
+    """(epochs run, global step, best val loss, early-stopping stopped_epoch) recorded in a Lightning checkpoint."""
+    checkpoint = load_checkpoint(path)
+    score, stopped_epoch = None, 0
+    for key, state in checkpoint.get("callbacks", {}).items():
+        if key.startswith("ModelCheckpoint") and state.get("best_model_score") is not None:
+            score = float(state["best_model_score"])
+        if key.startswith("EarlyStopping"):
+            stopped_epoch = int(state.get("stopped_epoch", 0))
+    return int(checkpoint["epoch"]) + 1, int(checkpoint["global_step"]), score, stopped_epoch
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A Lightning checkpoint read with ``weights_only=True``: tensors and plain containers only, never code.
+
+    Checkpoints come from run folders that people share; unpickling arbitrary objects would run their code.
+    """
+    return load_plain(path, ConfigError, "delete it (and the run's progress.json) or use overwrite=true")
+
+
+def load_weights(module: RpmModule, path: Path) -> None:
+    if not path.is_file():
+        raise ConfigError(f"resume: checkpoint {path} is missing; delete progress.json or use overwrite=true")
+    checkpoint = load_checkpoint(path)
+    check_fits(module, checkpoint, path)
+    module.load_state_dict(checkpoint["state_dict"])
+
+
+#: What Lightning reads from a checkpoint it resumes a stage from (``Trainer.fit(ckpt_path=...)``).
+RESUME_POINT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "loops", "optimizer_states")
+
+
+def check_fits(module: RpmModule, checkpoint: dict[str, Any], path: Path, resume_point_of: str | None = None) -> None:
+    """One line unless ``checkpoint`` holds exactly ``module``'s weights (names and shapes), and, for the resume
+    point of stage ``resume_point_of``, what Lightning resumes from, written by that stage.
+
+    Raises:
+        ConfigError: ``resume: checkpoint <path> does not fit this run (...)``.
+    """
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"resume: checkpoint {path} does not fit this run ({why}); delete it (and the run's "
+                           "progress.json) or use overwrite=true")
+
+    expected = {name: tuple(value.shape) for name, value in module.state_dict().items()}
+    found = {name: tuple(value.shape) if isinstance(value, torch.Tensor) else None
+             for name, value in checkpoint["state_dict"].items()}
+    missing, extra = sorted(expected.keys() - found.keys()), sorted(found.keys() - expected.keys())
+    if missing or extra:
+        names = [f"{len(missing)} missing, e.g. {missing[0]}"] if missing else []
+        names += [f"{len(extra)} unknown, e.g. {extra[0]}"] if extra else []
+        raise refuse(f"weights: {'; '.join(names)}")
+    wrong = next((name for name in expected if found[name] != expected[name]), None)
+    if wrong is not None:
+        raise refuse(f"weight {wrong} has shape {found[wrong]}, the model's is {expected[wrong]}")
+    if resume_point_of is None:
+        return
+    absent = [key for key in RESUME_POINT_KEYS if key not in checkpoint]
+    if absent:
+        raise refuse(f"no {', '.join(absent)}: not a checkpoint that training resumes from")
+    stage = checkpoint.get("rpm_stage")
+    if stage is not None and stage != resume_point_of:
+        raise refuse(f"it was written by stage {stage}, not {resume_point_of}")
+
+
+def train_stages(config: TrainConfig, plans: list[StagePlan], module: RpmModule, stages: dict[str, Any],
+                 record: ProgressRecord, callbacks: Sequence[L.Callback], deadline: Deadline, began: float
+                 ) -> tuple[L.Trainer | None, RpmDataModule | None, dict[str, Any] | None]:
+    """Run every stage of ``plans`` that ``stages`` (progress.json's summaries, updated in place) does not list as
+    completed: a completed one only reloads its weights.
+
+    Returns:
+        ``(trainer, datamodule, unfinished)``: the last stage's Trainer (None when no stage trained in this call)
+        and data module, and the unfinished result when the deadline or a stop request ended a stage (else None).
+    """
+    run_dir = Path(config.run_dir)
+    trainer: L.Trainer | None = None
+    datamodule: RpmDataModule | None = None
+    for index, full_plan in enumerate(plans):
+        # max_total_epochs: a stage gets what the earlier stages left; one left nothing does not run.
+        epochs_done = sum(int(stages.get(p.name, {}).get("epochs", 0)) for p in plans[:index])
+        plan = within_total_epochs(full_plan, epochs_done, config)
+        if plan is None:
+            stages[full_plan.name] = {"name": full_plan.name, "completed": True, "skipped": True, "epochs": 0,
+                                      "global_step": 0}
+            continue
+        module.set_stage(plan)
+        datamodule = RpmDataModule(config, plan, fingerprint=record.check_data)
+        done = stages.get(plan.name)
+        if done and done.get("skipped"):
+            raise ConfigError(f"resume: {run_dir}/{PROGRESS} says stage {plan.name} was skipped, but the "
+                              "epochs of the stages before it leave it some; use overwrite=true")
+        if done and done.get("completed"):
+            load_weights(module, inside_run_dir(run_dir, done.get("weights")))
+            continue
+        last = run_dir / CHECKPOINTS / plan.name / "last.ckpt"
+        if done and done.get("global_step") and not last.is_file() and record.writer:
+            print(f"rpm-train: note: {last} is missing, so stage {plan.name} starts again at step 0 "
+                  f"({run_dir / PROGRESS} recorded step {done['global_step']})", file=sys.stderr)
+        try:
+            trainer, stages[plan.name] = run_stage(config, plan, module, datamodule, run_dir, callbacks, deadline)
+        except TimeBudgetReached as stop:
+            step = stop.global_step if stop.global_step is not None else int((done or {}).get("global_step", 0))
+            stages[plan.name] = {"name": plan.name, "completed": False, "global_step": step}
+            return trainer, datamodule, record.unfinished(config, plan.name, stages, began,
+                                                          deadline.stop_requested(), deadline.first_step_s)
+        if trainer.is_global_zero:
+            record.write(stages)
+    return trainer, datamodule, None

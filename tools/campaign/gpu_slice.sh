@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# One slice of the Table 1 campaign (issue 20) on a GPU machine that may be offline and time-limited: in ~10 minutes,
+#
+#   1. restore the runs' resumable state from results/table1_scl_gpu/state.tar.gz (committed after every slice),
+#   2. run `rpm-batch configs/table1_scl_gpu.yaml` with a time budget: it regenerates the data (deterministic;
+#      each run checks the fingerprint it recorded), then trains the row's unfinished runs concurrently on the one
+#      GPU until about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step
+#      boundary with a resumable state (at most CAMPAIGN_JOBS=3 at once, see JOBS below),
+#   3. pack the state into CAMPAIGN_OUT/state.tar.gz (in 15 MiB parts when larger) and the slice's reports into
+#      CAMPAIGN_OUT/slice.tar.gz: progress.{md,json} (epochs, val accuracy, each run's seconds to its first step),
+#      table1.md, slice.json (card, times, exit status, and phases_s: the seconds from this script's start at which
+#      the environment was ready, the state unpacked, the batch ended and the state packed) and gpu_util.csv
+#      (nvidia-smi every 5 s). One archive, so that a slice returns at most 8 files (the state of three unfinished
+#      runs takes three parts).
+#
+# Then, back on your own machine: `python tools/campaign/record.py FOLDER` (FOLDER: a copy of CAMPAIGN_OUT) stores
+# the new state and appends the slice to results/table1_scl_gpu/slices.jsonl and docs/reproduction-gpu.md; commit.
+#
+#   CAMPAIGN_OUT=DIR bash tools/campaign/gpu_slice.sh  # on the GPU machine, with .gpu copied there (make gpu-wheels);
+#                                                      # DIR gets the state and reports (default /tmp/campaign-out)
+#   bash tools/campaign/gpu_slice.sh --cpu-dry-run     # here: configs/table1_scl_tiny.yaml in a temporary folder, two
+#                                                      # slices (the second resumes the first's packed state)
+#
+# On your own GPU, without slices: rpm-batch configs/table1_scl_gpu.yaml --jobs 5 --cuda-devices 0 --cuda-mps \
+#   --workers-per-run auto   (without --cuda-mps where NVIDIA's nvidia-cuda-mps-control is not installed)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+export NO_ALBUMENTATIONS_UPDATE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+STARTED=$(date +%s)
+# Runs trained at once. Each unfinished run carries 12 bytes per parameter to the next slice (fp32 weights, Adam
+# moments packed in bf16 by --compact, best weights): 8.6 MB for SCL CE+AUX-sparse, 11.1 MB for an MLCL setup. The
+# state is committed after every slice and travels to the next beside the wheels (26 MB) and the rest of the
+# repository (2.5 MB); a GPU machine's copy of the checkout holds at most 64 MiB (67.1 MB). Three at a time keep it under 32 MB, and
+# once CE and CE+AUX-dense had finished (slice 3) three are what is left: MLCL+AUG, the longest run, no longer
+# waits for a place.
+JOBS=${CAMPAIGN_JOBS:-3}
+# A file coming back from the GPU machine may hold at most 16 MiB: a larger state comes back in numbered parts
+# (state.tar.gz.part00, part01, ...) that tools/campaign/record.py joins.
+PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
+# Seconds kept after the batch for packing the state and writing the reports.
+RESERVE=${CAMPAIGN_RESERVE:-25}
+
+DRY=0
+for arg in "$@"; do
+    case $arg in
+        --cpu-dry-run) DRY=1 ;;
+        -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_campaign: error: unknown argument '$arg' (the options: --cpu-dry-run, --help)" >&2; exit 2 ;;
+    esac
+done
+
+if (( DRY )); then
+    PY=${PYTHON:-$REPO/.venv/bin/python}
+    [[ -x "$PY" ]] || PY=$(command -v python3)
+    export PATH="$(dirname "$PY"):$PATH"
+    CONFIG=$REPO/configs/table1_scl_tiny.yaml
+    WORK=${CAMPAIGN_WORK:-$(mktemp -d /tmp/gpu-campaign-dry.XXXXXX)}
+    DEST=${CAMPAIGN_OUT:-$WORK/out}
+    # The first slice must start runs and stop them unfinished. A run's start (its kernel importing torch and
+    # Lightning: ~7 s on a 2-core machine here, twice that when the machine is busy) decides how long that takes, so
+    # the first budget is 2.5 times an import measured now (at least 12 s): a fixed 12 s started no run at all on a
+    # loaded machine, and a longer fixed one let every run finish on a fast one.
+    if [[ -z ${CAMPAIGN_BUDGETS:-} ]]; then
+        first=$("$PY" -c 'import time; t = time.perf_counter(); import rpm_lib.training.run
+print(max(12, round(2.5 * (time.perf_counter() - t))))') || first=12
+        CAMPAIGN_BUDGETS="$first 400"
+    fi
+    BUDGETS=($CAMPAIGN_BUDGETS)
+    DEVICES=()
+    # The template path in the YAML is relative to the working folder: a private copy keeps the checkout clean.
+    mkdir -p "$WORK/notebooks" && cp notebooks/03_train.ipynb "$WORK/notebooks/"
+else
+    source tools/gpu_env.sh
+    CONFIG=$REPO/configs/table1_scl_gpu.yaml
+    WORK=$REPO
+    DEST=${CAMPAIGN_OUT:-/tmp/campaign-out}
+    # CAMPAIGN_SECONDS (or CAMPAIGN_MINUTES) after this script started, the state is packed and the reports written.
+    BUDGETS=(${CAMPAIGN_SECONDS:-$(( ${CAMPAIGN_MINUTES:-9} * 60 ))})
+    DEVICES=(--cuda-devices 0)
+fi
+# CAMPAIGN_CUDA_MPS=1 (the default on the GPU; 0 turns it off): the runs share the GPU through a private CUDA MPS daemon
+# (rpm-batch --cuda-mps), so that their kernels run side by side. Three SCL runs at once trained 1.51x (CE+AUX-sparse)
+# and 1.42x (MLCL+AUG) the problems per second with it as without, side by side on one H200 (docs/reproduction-gpu.md).
+# Only where NVIDIA's control program is: rpm-batch refuses --cuda-mps without it, which would fail the slice. Where
+# the daemon will not start or its server fails, the slice goes on without MPS for the time left (below).
+MPS=()
+[[ ${CAMPAIGN_CUDA_MPS:-$(( DRY ? 0 : 1 ))} == 1 ]] && { "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null \
+    && MPS=(--cuda-mps) || echo "gpu_campaign: the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine"; }
+NAME=$(basename "$CONFIG" .yaml)
+STATE=$WORK/results/table1_scl_gpu/state.tar.gz
+[[ $DRY == 0 ]] && STATE=$REPO/results/table1_scl_gpu/state.tar.gz
+RUNS=runs/$NAME
+mkdir -p "$DEST"
+REPORTS=$(mktemp -d /tmp/gpu-campaign-reports.XXXXXX)
+cd "$WORK"
+# Where a slice's seconds go (slice.json phases_s): "<phase> <milliseconds since STARTED>" lines, beside the reports.
+PHASES=$(mktemp /tmp/gpu-campaign-phases.XXXXXX)
+mark() { echo "$1 $(( $(date +%s%N) / 1000000 - STARTED * 1000 ))" >>"$PHASES"; }
+mark environment
+
+SMI=
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 5 >"$REPORTS/gpu_util.csv" 2>/dev/null &
+    SMI=$!
+    trap 'kill $SMI 2>/dev/null' EXIT
+fi
+
+status=0
+# Seconds slice $1's batch may train: the dry run's fixed budget, else what CAMPAIGN_SECONDS leaves after the reserve.
+budget_left() {
+    if [[ $DRY == 1 ]]; then echo "${BUDGETS[$1]}"; else echo $(( BUDGETS[$1] - ($(date +%s) - STARTED) - RESERVE )); fi
+}
+# The slice's batch for $1 seconds, with MPS where it is in use.
+batch() { rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$1"; }
+
+for number in "${!BUDGETS[@]}"; do
+    if [[ -f "$STATE" ]]; then
+        # --keep-further: a second slice on the same machine finds the first slice's runs here, further than the
+        # state it carries (the one committed before the first slice): those go on from where they are.
+        rpm-batch unpack "$STATE" --out "$RUNS" --overwrite --keep-further || exit 2
+    fi
+    mark unpacked
+    budget=$(budget_left "$number")
+    if (( budget < 1 )); then
+        # CAMPAIGN_SECONDS too small for the reserve (a short second slice on a still-running machine): the state
+        # goes back as it came, and the slice says so instead of failing on rpm-batch's refusal of the budget
+        echo "gpu_campaign: slice $number: no time left for training (${budget} s after the reserve of ${RESERVE} s)"
+        status=75
+    else
+        echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
+        # rpm-batch's errors and warnings are kept (and shown after it ends) to see whether MPS failed
+        errors=$(mktemp /tmp/gpu-campaign-errors.XXXXXX)
+        batch "$budget" 2>"$errors"
+        status=$?
+        cat "$errors" >&2
+        # MPS asked for and not working (the daemon refused to start: rpm-batch stops with status 2 before any run;
+        # or its server failed, and the runs with it): the time left goes to the runs taking turns, rather than a
+        # slice that trains nothing
+        if (( ${#MPS[@]} )) && { { (( status == 2 )) && grep -q "mps-control\|MPS" "$errors"; } \
+                || grep -q "MPS: the daemon's server failed to start" "$errors"; }; then
+            MPS=()
+            budget=$(budget_left "$number")
+            echo "gpu_campaign: MPS did not work (above); the runs take turns on the GPU for the ${budget} s left"
+            if (( budget >= 1 )); then
+                batch "$budget"
+                status=$?
+            fi
+        fi
+        rm -f "$errors"
+    fi
+    mark batch_ended
+    [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
+    mkdir -p "$(dirname "$STATE")"
+    if [[ ! -d "$RUNS" ]] || ! "$PY" -c 'import sys; from rpm_lib.runs.archive import find_runs
+sys.exit(0 if find_runs(sys.argv[1]) else 1)' "$RUNS"; then
+        # the budget ran out before any run began (data generation and start-up took it all): the state, if any,
+        # stays as it came, and the next slice starts the runs
+        echo "gpu_campaign: no run has begun yet; nothing to pack"
+    else
+        rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
+    fi
+    mark packed
+    if [[ $DRY == 1 ]]; then  # the next slice starts from the archive alone, as on a fresh machine
+        rm -rf "$RUNS"
+    fi
+    echo "gpu_campaign: slice $number ended with status $status"
+done
+
+rm -f "$DEST"/state.tar.gz "$DEST"/state.tar.gz.part* "$DEST"/slice.tar.gz
+if [[ ! -f "$STATE" ]]; then
+    echo "gpu_campaign: no state to return (no run has begun)"
+elif (( $(stat -c %s "$STATE") > PART_BYTES )); then
+    split -b "$PART_BYTES" -d -a 2 "$STATE" "$DEST/state.tar.gz.part"
+else
+    cp "$STATE" "$DEST/state.tar.gz"
+fi
+[[ $DRY == 1 && -f "$STATE" ]] && rpm-batch unpack "$STATE" --out "$RUNS"
+if [[ -d "$RUNS" ]]; then
+    rpm-batch progress "$RUNS" --json-out "$REPORTS/progress.json" | tee "$REPORTS/progress.md"
+fi
+# The card's name from nvidia-smi and torch's version from its package record: importing torch and starting CUDA
+# only for these took seconds of every slice on the GPU machine's slower cores.
+DEVICE_NAME="cpu (dry run)"
+if [[ $DRY == 0 ]] && command -v nvidia-smi >/dev/null 2>&1; then
+    DEVICE_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+fi
+"$PY" - "$REPORTS/slice.json" "$status" "$STARTED" "$DEVICE_NAME" "$PHASES" <<'PYTHON'
+import json, sys, time
+from importlib.metadata import PackageNotFoundError, version
+
+import cv2
+import numpy
+
+out, status, started, device, phases = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+try:
+    torch_version = version("torch")
+except PackageNotFoundError:
+    torch_version = None
+# "<phase> <milliseconds since the start>" lines; a slice's later parts repeat a phase: the last one counts
+marks = {}
+for line in open(phases):
+    name, ms = line.split()
+    marks[name] = round(int(ms) / 1000, 1)
+# OpenCV draws the regenerated data's pixels (rpm_lib.data.opencv_version): a change shows in the slice record
+json.dump({"device": device or "unknown", "torch": torch_version, "opencv": cv2.__version__,
+           "numpy": numpy.__version__, "exit_status": status, "started": started,
+           "seconds": round(time.time() - started, 1), "phases_s": marks,
+           "date": time.strftime("%Y-%m-%d", time.gmtime(started))}, open(out, "w"), indent=1)
+PYTHON
+rm -f "$PHASES"
+[[ -n $SMI ]] && kill "$SMI" 2>/dev/null && wait "$SMI" 2>/dev/null
+tar -czf "$DEST/slice.tar.gz" -C "$REPORTS" . && rm -rf "$REPORTS"
+[[ -f "$STATE" ]] && echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $DEST ($(cd "$DEST" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"
+# 0 finished, 75 runs left for the next slice; anything else failed.
+[[ $status == 0 || $status == 75 ]] && exit 0 || exit "$status"
