@@ -320,7 +320,7 @@ def test_a_misspelled_parameter_is_refused_before_anything_runs(tmp_path):
 
 
 def test_a_parameter_of_the_wrong_type_is_refused_before_anything_runs(tmp_path, capsys):
-    # Found by hostile testing: `--set max_epochs=abc` planned fine and failed every run after its kernel started.
+    # Regression: `--set max_epochs=abc` planned fine and failed every run after its kernel started.
     template = Path(__file__).resolve().parents[1] / "notebooks" / "03_train.ipynb"
     config = tmp_path / "types.yaml"
     config.write_text(json.dumps({"name": "types", "template": str(template), "out": str(tmp_path / "out"),

@@ -348,7 +348,7 @@ def test_the_committed_document_shows_what_the_committed_state_holds(tmp_path: P
 
 
 def test_recording_a_damaged_slice_leaves_the_committed_state_as_it_was(tmp_path: Path) -> None:
-    # Found by hostile testing: a garbage state.tar.gz replaced the committed state (the campaign's only copy of
+    # Regression: a garbage state.tar.gz replaced the committed state (the campaign's only copy of
     # its finished epochs) and appended a slice before a traceback.
     record = _campaign_record()
     results = tmp_path / "results"

@@ -1,4 +1,4 @@
-"""Random corruptions of every kind of file the package reads (issue 22): one line naming the file, or a clean read.
+"""Random corruptions of every kind of file the package reads: one line naming the file, or a clean read.
 
 Each file kind is damaged in seeded random ways (cut short, bytes flipped, emptied, a JSON value replaced by one of
 another type) and read through the public function a command uses. The reader may accept a harmless change (a
@@ -202,7 +202,7 @@ def test_an_intact_run_folder_is_read_as_before(pristine: Path) -> None:
 
 def test_a_raw_pickle_checkpoint_is_refused_without_torch_warnings(tmp_path: Path,
                                                                    recwarn: pytest.WarningsRecorder) -> None:
-    # Found by hostile testing: torch printed "Detected pickle protocol 4 ... please file an issue" above the refusal.
+    # Regression: torch printed "Detected pickle protocol 4 ... please file an issue" above the refusal.
     import pickle
     import warnings
 

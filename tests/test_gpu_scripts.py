@@ -19,7 +19,7 @@ def test_every_tools_shell_script_parses(script: str) -> None:
 
 
 def test_the_campaign_slice_explains_itself_and_refuses_unknown_arguments(tmp_path: Path) -> None:
-    # Found by hostile testing: `--help` started the real campaign (70,000 problems into data/).
+    # Regression: `--help` started the real campaign (70,000 problems into data/).
     # CAMPAIGN_OUT and CAMPAIGN_WORK point into tmp_path so that a regression cannot write into the checkout.
     script = str(TOOLS / "campaign" / "gpu_slice.sh")
     env = {"PATH": "/usr/bin:/bin", "CAMPAIGN_OUT": str(tmp_path / "out"), "CAMPAIGN_WORK": str(tmp_path / "work")}

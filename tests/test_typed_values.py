@@ -33,7 +33,7 @@ def test_raw_text_keeps_leading_zeros_for_str_and_reads_yaml_otherwise() -> None
     assert typed_values.type_name(Optional[int]) == "Optional[int]" and typed_values.type_name(type(None)) == "null"
 
 
-# --- issue 22: text that is not YAML, YAML tags and non-finite numbers are refused, naming the field ----------
+# --- text that is not YAML, YAML tags and non-finite numbers are refused, naming the field ----------
 
 
 @pytest.mark.parametrize(("text", "reason"), [

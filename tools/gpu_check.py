@@ -416,7 +416,7 @@ def train_part(setup: str, data: str, out: Path, dry_run: bool, budget: float | 
         "data_wait_fraction": round(meter.wait_s / timed, 3) if timed else None,
         "validation_s_per_epoch": round(meter.val_s.get(first, 0.0) / max(meter.val_runs.get(first, 0), 1), 2),
         "gpu_utilisation_mean_pct": round(sum(u for _, u in samples) / len(samples), 1) if samples else None,
-        # the first stage's training, its validations included: the window issue 20's "busy while training" means
+        # the first stage's training, its validations included: the window "busy while training" means
         "gpu_utilisation_training_pct": utilisation_between(samples, *_span(meter.timeline)),
         "test_accuracy": round(metrics["test_accuracy"], 4),
         "test_accuracy_per_configuration": {k: round(v, 4) for k, v in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU verification in one command (issue 10). On a GPU machine (possibly without network; Python 3.12 with
+# The whole GPU verification in one command. On a GPU machine (possibly without network; Python 3.12 with
 # torch, lightning, numpy, OpenCV already there), with `.gpu/wheels` copied there from `make gpu-wheels`:
 #
 #   bash tools/gpu_check.sh                 # installs the carried wheels offline, then tools/gpu_check.py

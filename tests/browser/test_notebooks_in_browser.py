@@ -1,5 +1,5 @@
 """The interactive notebooks opened in JupyterLab in a real (headless) Chromium: every cell runs without an
-error, widgets render as controls, and moving a control redraws the figure (issue 13)."""
+error, widgets render as controls, and moving a control redraws the figure."""
 from __future__ import annotations
 
 import base64

@@ -1,5 +1,5 @@
 """No per-step device-to-host read from the library's logging: on a GPU every such read makes the host wait for
-the step to finish before it can queue the next one (issue 20: the GPU idled ~45 % of each step).
+the step to finish before it can queue the next one (a GPU idled ~45 % of each step when it did).
 
 Counted on the CPU: the ``Tensor.item`` calls made inside Lightning's logger connector (where logged values are
 converted for the progress bar and loggers) do not grow with the number of steps when there is no progress bar.

@@ -187,7 +187,7 @@ def test_only_the_writing_process_notes_a_run_going_on_with_other_pixels(
 
 
 def test_a_refusal_of_other_pixels_blames_opencv_only_when_the_versions_differ(tmp_path: Path) -> None:
-    # Found by hostile testing: one edited byte of a cache was put down to "OpenCV versions" that were the same.
+    # Regression: one edited byte of a cache was put down to "OpenCV versions" that were the same.
     import rpm_lib.data.opencv_version as opencv_version
     from rpm_lib.data.fingerprint import data_fingerprint, problems_fingerprint
     from rpm_lib.training.progress_record import ProgressRecord
@@ -436,7 +436,7 @@ def ctrl_c_raises() -> Iterator[None]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_during_validation_stops_rpm_train_at_the_next_step_with_the_uninterrupted_metrics(
         tmp_path: Path, signum: int, ctrl_c_raises: None) -> None:
-    # 2 validation batches an epoch: the signal comes after the first (found by hostile testing: SIGTERM ended
+    # 2 validation batches an epoch: the signal comes after the first (regression: SIGTERM ended
     # rpm-train with status 0 and no output, SIGINT with status 1).
     fields = {**_fields("ce", tmp_path / "data"), "max_val_samples": 8}
     reference = train(TrainConfig(run_dir=str(tmp_path / "reference"), **fields))
@@ -496,7 +496,7 @@ def test_the_unfinished_line_names_what_stopped_the_run() -> None:
 
 
 def test_a_call_that_trains_no_step_says_so(tmp_path: Path, fake_clock: Callable[[], None]) -> None:
-    # Found by hostile testing: time_budget=3 ended call after call "after step 0" without saying why.
+    # Regression: time_budget=3 ended call after call "after step 0" without saying why.
     fields = _fields("ce", tmp_path / "data")
     fake_clock()  # every clock reading one second later: a stage needs 3 s left to begin
     first = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=2.0, **fields))
@@ -525,7 +525,7 @@ def test_a_folder_in_the_place_of_the_stop_request_is_one_line(tiny_config: Call
 
 def test_resuming_says_what_it_cannot_use(tmp_path: Path, fake_clock: Callable[[], None],
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    # Found by hostile testing: both cases went on without a word.
+    # Regression: both cases went on without a word.
     fields = _fields("ce", tmp_path / "data")
     fake_clock()
     stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=12.0, **fields))
@@ -570,7 +570,7 @@ def test_a_forked_loader_worker_ignores_the_runs_signals(tmp_path: Path, ctrl_c_
 
 
 def test_a_run_dir_that_cannot_be_a_folder_is_one_line(tiny_config: Callable[..., TrainConfig], tmp_path: Path) -> None:
-    # Found by hostile testing: run_dir=/proc/x and run_dir=<a file> gave tracebacks.
+    # Regression: run_dir=/proc/x and run_dir=<a file> gave tracebacks.
     (tmp_path / "a_file").write_text("x")
     for run_dir, expected in ((tmp_path / "a_file", "is a file, not a folder"),
                               (tmp_path / "a_file" / "run", "cannot make the folder")):

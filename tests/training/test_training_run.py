@@ -302,7 +302,7 @@ def test_a_run_folder_named_relatively_or_through_a_link_resumes(tiny_config: Ca
                                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   reached_by: str) -> None:
     # Lightning records checkpoint paths made absolute; the record must still name them inside the run folder
-    # (found by hostile testing: the default run_dir=runs/train could not resume once a stage had finished).
+    # (regression: the default run_dir=runs/train could not resume once a stage had finished).
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
     if reached_by == "symbolic link":
@@ -322,7 +322,7 @@ def test_a_run_folder_named_relatively_or_through_a_link_resumes(tiny_config: Ca
 
 
 def test_a_checkpoint_that_does_not_fit_the_run_is_refused_in_one_line(tiny_config: Callable[..., TrainConfig]) -> None:
-    # Found by hostile testing: checkpoints that load as plain tensors but are not this run's gave Lightning's and
+    # Regression: checkpoints that load as plain tensors but are not this run's gave Lightning's and
     # PyTorch's tracebacks (missing keys, wrong shapes, no loop state, another stage's optimiser).
     config = tiny_config(setup="mlcl")
     train(config)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One slice of the Table 1 campaign (issue 20) on a GPU machine that may be offline and time-limited: in ~10 minutes,
+# One slice of the Table 1 campaign on a GPU machine that may be offline and time-limited: in ~10 minutes,
 #
 #   1. restore the runs' resumable state from results/table1_scl_gpu/state.tar.gz (committed after every slice),
 #   2. run `rpm-batch configs/table1_scl_gpu.yaml` with a time budget: it regenerates the data (deterministic;

@@ -1,4 +1,4 @@
-"""Hostile notebook parameters (issue 22): what ``papermill -p`` can pass that ``notebook.check_parameters`` refuses.
+"""Hostile notebook parameters: what ``papermill -p`` can pass that ``notebook.check_parameters`` refuses.
 
 Malformed lists, YAML tags, non-finite floats and misspelled names each stop the notebook with one line naming
 the parameter; valid text (comma lists, YAML lists) is still read as the declared type. The first tests call
