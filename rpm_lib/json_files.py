@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rpm_lib.atomic_files import write_atomically
+
 
 def write_object(path: str | os.PathLike, value: Any, *, indent: int | None = 2,
                  separators: tuple[str, str] | None = None, sort_keys: bool = False, fsync: bool = True,
@@ -30,20 +32,9 @@ def write_object(path: str | os.PathLike, value: Any, *, indent: int | None = 2,
         fsync: flush the bytes to disk before the rename (a record that resuming relies on); False where the file
             is rebuilt from scratch anyway when lost.
     """
-    path = Path(path)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, default=default,
                       allow_nan=allow_nan) + "\n"
-    try:
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            if fsync:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda handle: handle.write(text.encode("utf-8")), fsync=fsync)
 
 
 def read_object(path: Path, error: type[Exception] = ValueError, advice: str = "",

@@ -31,7 +31,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from rpm_lib.data.atomic_file import TEMP_SUFFIX, write_atomically
+from rpm_lib.atomic_files import TEMP_SUFFIX, write_atomically
 from rpm_lib.data.cache import is_cache
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import (RAW_RECORD, note, panels_hash, raw_hashes, read_raw_record,
@@ -50,7 +50,7 @@ from rpm_lib.rules import resolve_configurations
 #: The write lock of a generated folder (see rpm_lib.folder_lock).
 LOCK_FILE = ".rpm-generate.lock"
 
-# The temporary files of problems (``rpm_lib.data.atomic_file.temporary_name``), cleared when a write resumes.
+# The temporary files of problems (``rpm_lib.atomic_files.temporary_name``), cleared when a write resumes.
 _TEMP_PREFIX = ".RAVEN_"
 
 # ``split_of(index, val=2, test=2)`` is defined in ``regimes`` (the generator needs it too) and re-exported here.

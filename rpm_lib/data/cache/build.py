@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import rpm_lib.data.opencv_version as opencv_version
-from rpm_lib.data.atomic_file import write_atomically
+from rpm_lib.atomic_files import write_atomically
 from rpm_lib.data.cache.format import (CACHE_FORMAT, CACHE_VERSION, INDEX_ARRAYS, JOURNAL, KINDS, MANIFEST, PLAN,
                                        SKIPPED, Kind, build_layout, check_cache, is_cache, kind_spec, read_manifest)
 from rpm_lib.data.cache.partial import partial_damage, partial_plan, read_journal, remove_partial

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpm_lib.data.atomic_file import TEMP_SUFFIX
+from rpm_lib.atomic_files import TEMP_SUFFIX
 from rpm_lib.data.cache.format import (JOURNAL, MANIFEST, PLAN, SKIPPED, Kind, array_header, build_layout, check_cache,
                                        is_cache, read_manifest)
 from rpm_lib.data.errors import DataFormatError

@@ -1,5 +1,8 @@
-"""Writing a binary file atomically: the one place that gives ``.npz``, ``.xml`` and ``.npy`` files of a data folder
-their final name only once they are whole (JSON records use ``rpm_lib.json_files.write_object``).
+"""Writing a file atomically: the one place that gives a file its final name only once it is whole.
+
+Data folders' ``.npz``, ``.xml`` and ``.npy`` files and every JSON record (``rpm_lib.json_files.write_object``) are
+written through ``write_atomically``; checkpoints have their own writer, which Lightning calls
+(``rpm_lib.training.checkpoint_io``).
 """
 from __future__ import annotations
 
