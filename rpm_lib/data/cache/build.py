@@ -108,12 +108,6 @@ def _convert_chunk(chunk: _Chunk) -> _ChunkResult:
     return result
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
-    """Write the plan or the manifest, flushed to disk (resuming relies on both); one function for the two, so
-    that a build can be stopped exactly there."""
-    write_object(path, data)
-
-
 def _allocate(partial: Path, spec: Kind, files: list[RawFile], size: int, plan: dict) -> None:
     """Create the partial folder: row index arrays, empty memory-mapped outputs, then the plan."""
     partial.mkdir(parents=True)
@@ -129,7 +123,7 @@ def _allocate(partial: Path, spec: Kind, files: list[RawFile], size: int, plan: 
         array.flush()
         del array
     (partial / JOURNAL).touch()
-    _write_json_atomic(partial / PLAN, plan)  # last: its presence means the folder is fully allocated
+    write_object(partial / PLAN, plan)  # last: its presence means the folder is fully allocated
 
 
 def cache_destination(out: str | Path) -> Path:
@@ -363,7 +357,7 @@ def _finish(partial: Path, out: Path, spec: Kind, plan: dict, skipped: list[tupl
     }
     # The manifest first, then the tidying up: a build killed in between is found finished by the next run (its
     # plan in the manifest), not discarded as one whose plan is unknown.
-    _write_json_atomic(partial / MANIFEST, manifest)
+    write_object(partial / MANIFEST, manifest)
     for name in (PLAN, JOURNAL):
         (partial / name).unlink()
     os.rename(partial, out)
