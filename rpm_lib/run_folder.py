@@ -8,6 +8,7 @@ A run folder is what ``rpm-train`` (``rpm_lib.training.train``) writes and ``rpm
     history.csv          one row per epoch and stage
     metrics.json         the final evaluation: its presence is what "finished" means
     predictions*.npz     per-sample predictions (optional)
+    final_weights.pt     the weights the test scored, in bfloat16, with the config (its SHA-256 in metrics.json)
     checkpoints/<stage>/{last,best}.ckpt
     error.txt            why a batch cell failed (rpm-batch)
     stop.request         asks a training run to stop at its next step with a resumable state
@@ -27,8 +28,9 @@ from typing import Any
 from rpm_lib.json_files import read_object_or_empty, write_object
 
 __all__ = [
-    "CONFIG", "RUN_RECORD", "PROGRESS", "HISTORY", "METRICS", "PREDICTIONS", "EXTRA_PREDICTIONS_GLOB",
-    "PREDICTIONS_GLOB", "CHECKPOINTS", "ERROR", "STOP_FILE", "RUN_LOCK", "RUN_RECORDS", "UNFINISHED_EXIT_CODE",
+    "CONFIG", "RUN_RECORD", "PROGRESS", "HISTORY", "METRICS", "PREDICTIONS", "FINAL_WEIGHTS",
+    "EXTRA_PREDICTIONS_GLOB", "PREDICTIONS_GLOB", "CHECKPOINTS", "ERROR", "STOP_FILE", "RUN_LOCK", "RUN_RECORDS",
+    "UNFINISHED_EXIT_CODE",
     "RunStatus", "FINISHED", "UNFINISHED", "is_finished", "stopped_by_budget", "is_run_folder", "RunFolders",
     "find_run_folders", "weights_record", "recorded_weights", "write_object",
 ]
@@ -41,6 +43,9 @@ HISTORY = "history.csv"
 #: The final evaluation. A run is finished exactly when this file exists (``is_finished``).
 METRICS = "metrics.json"
 PREDICTIONS = "predictions.npz"
+#: The weights a finished run's test scored, as a bfloat16 ``state_dict`` with the run's config
+#: (``rpm_lib.training.final_weights``); ``metrics.json`` records its SHA-256 under ``final_weights``.
+FINAL_WEIGHTS = "final_weights.pt"
 #: Per-set prediction files of extra test sets (``predictions_<name>.npz``).
 EXTRA_PREDICTIONS_GLOB = "predictions_*.npz"
 #: Every prediction file of a run.

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from rpm_lib.run_folder import CHECKPOINTS, CONFIG, HISTORY, METRICS, PREDICTIONS_GLOB, PROGRESS, RUN_RECORD
+from rpm_lib.run_folder import (CHECKPOINTS, CONFIG, FINAL_WEIGHTS, HISTORY, METRICS, PREDICTIONS_GLOB, PROGRESS,
+                                RUN_RECORD)
 from rpm_lib.training.setups import STAGES
 
 #: The archive's own record: format, version, runs, files with their sizes and SHA-256. Always its first member,
@@ -33,8 +34,8 @@ FORMAT = "rpm_lib-run-state"
 VERSION = 1
 #: Files of a run folder that always travel (when present).
 RUN_FILES: tuple[str, ...] = (CONFIG, PROGRESS, HISTORY, RUN_RECORD)
-#: Files of a finished run that travel (besides RUN_FILES).
-RESULT_FILES: tuple[str, ...] = (METRICS,)
+#: Files of a finished run that travel (besides RUN_FILES): its metrics and the bfloat16 weights its test scored.
+RESULT_FILES: tuple[str, ...] = (METRICS, FINAL_WEIGHTS)
 RESULT_GLOB = PREDICTIONS_GLOB
 #: The checkpoints of a stage (``checkpoints/<stage>/``) that travel.
 CHECKPOINT_NAMES: tuple[str, ...] = ("last.ckpt", "best.ckpt")

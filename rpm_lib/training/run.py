@@ -12,6 +12,8 @@ Run folder (``config.run_dir``)::
                          in- / out-of-distribution (rpm_lib.training.eval_sets)
     predictions.npz      per-sample test predictions (see rpm_lib.training.evaluation.Predictions)
     predictions_<name>.npz   the same for each extra test set
+    final_weights.pt     the weights the test scored, bfloat16, with the config (rpm_lib.training.final_weights);
+                         its SHA-256 is metrics.json's final_weights.sha256
     .rpm-train.lock      held while a process trains here: a second one is refused (rpm_lib.run_folder.RUN_LOCK)
 
 Resume: with ``resume=true`` finished stages are skipped (their weights reloaded) and the interrupted
@@ -51,6 +53,7 @@ from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.distributed import release_process_group
 from rpm_lib.training.eval_sets import check_extra_sets, read_regime
 from rpm_lib.training.final_evaluation import evaluate_run, provenance
+from rpm_lib.training.final_weights import write_final_weights
 from rpm_lib.training.fit import train_stages
 from rpm_lib.training.generation import ensure_generated
 from rpm_lib.training.loggers import check_logger
@@ -157,6 +160,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
         metrics = evaluate_run(config, module, datamodule, trainer, run_dir,
                                [p.name for p in plans if not stages[p.name].get("skipped")])
         metrics["stages"] = [stages[p.name] for p in plans]
+        metrics["final_weights"] = write_final_weights(module, config, run_dir)
         metrics.update(provenance(config, time.perf_counter() - began))
         metrics["status"] = FINISHED
         write_json(run_dir / METRICS, metrics)

@@ -24,15 +24,16 @@ import numpy as np
 
 from rpm_lib.folder_lock import FolderBusyError, UnsafeLockFileError, exclusive_writer
 from rpm_lib.json_files import read_object, write_object
-from rpm_lib.run_folder import (CHECKPOINTS, CONFIG, EXTRA_PREDICTIONS_GLOB, FINISHED, HISTORY, METRICS,
-                                PREDICTIONS, PROGRESS, RUN_LOCK, UNFINISHED, recorded_weights)
+from rpm_lib.run_folder import (CHECKPOINTS, CONFIG, EXTRA_PREDICTIONS_GLOB, FINAL_WEIGHTS, FINISHED, HISTORY,
+                                METRICS, PREDICTIONS, PROGRESS, RUN_LOCK, UNFINISHED, recorded_weights)
 from rpm_lib.training.config import FINISHED_RUN_IGNORES, RESUMABLE_CHANGES, ConfigError, TrainConfig
 from rpm_lib.training.history import history_rows
 from rpm_lib.training.loggers import TENSORBOARD_DIR
 
 #: Files and folders of a run that ``overwrite`` deletes and ``resume`` continues (with the per-set prediction
 #: files of extra test sets, ``EXTRA_PREDICTIONS_GLOB``).
-RUN_ARTIFACTS: tuple[str, ...] = (CHECKPOINTS, PROGRESS, HISTORY, METRICS, PREDICTIONS, TENSORBOARD_DIR)
+RUN_ARTIFACTS: tuple[str, ...] = (CHECKPOINTS, PROGRESS, HISTORY, METRICS, PREDICTIONS, FINAL_WEIGHTS,
+                                  TENSORBOARD_DIR)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from rpm_lib.training.history import history_rows
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.run import train
 from rpm_lib.training.setups import SETUPS
+from comparable_metrics import comparable as _comparable
 
 ALL_ENCODERS = ("scl", "copinet", "hrinet", "wren")
 
@@ -119,11 +120,6 @@ class _EpochLog(L.Callback):
         self.epochs.append((pl_module.plan.name, trainer.current_epoch))
 
 
-def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
-    dropped = {"runtime_s", "stages", "git_commit", "config"}
-    out = {k: v for k, v in metrics.items() if k not in dropped}
-    out["stages"] = [{k: v for k, v in s.items() if k not in ("wall_time_s", "val_seconds")} for s in metrics["stages"]]
-    return out
 
 
 @pytest.mark.parametrize(("setup", "kill_stage", "workers"),
