@@ -9,13 +9,6 @@ STAGE_TIMING = ("wall_time_s", "val_seconds", "weights")
 CONFIG_RUN_CONTROL = ("run_dir", "data_root", "time_budget", "resume", "overwrite")
 
 
-def final_weights_record(metrics: dict[str, Any]) -> dict[str, Any] | None:
-    """``metrics.json``'s ``final_weights`` record without the file's SHA-256: torch writes a new serialization id
-    into every file it saves, so equal weights saved twice differ in their bytes (compare the tensors instead)."""
-    record = metrics.get("final_weights")
-    return None if record is None else {k: v for k, v in record.items() if k != "sha256"}
-
-
 def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     """``metrics`` without run times, the git commit, paths and run-control config fields."""
     out = {k: v for k, v in metrics.items() if k not in {"runtime_s", "stages", "git_commit", "config"}}
@@ -23,5 +16,4 @@ def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     if "test_sets" in metrics:
         out["test_sets"] = [{k: v for k, v in entry.items() if k != "data_root"} for entry in metrics["test_sets"]]
     out["config"] = {k: v for k, v in metrics["config"].items() if k not in CONFIG_RUN_CONTROL}
-    out["final_weights"] = final_weights_record(metrics)
     return out

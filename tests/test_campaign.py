@@ -26,26 +26,41 @@ def _dry_campaign(work: Path, out: Path, timeout: float, **settings: str) -> tup
     return done.returncode, done.stdout + done.stderr
 
 
-def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_the_end(tmp_path: Path) -> None:
+def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_its_per_run_archives_to_the_end(
+        tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # Parts of 20 kB: the packed state comes back in pieces as a large one does from the GPU machine.
-    status, log = _dry_campaign(tmp_path / "work", out, 900, CAMPAIGN_PART_BYTES="20000")
+    # Three at a time, as a slice can be asked to: one at a time (the default) leaves runs unfinished after the
+    # 400 s of slice 1 on a busy 2-core machine, where every run's start-up takes ~10 s of the budget.
+    status, log = _dry_campaign(tmp_path / "work", out, 900, CAMPAIGN_JOBS="3")
     assert status == 0, log[-3000:]
     # Slice 0 (2.5 times a run's start-up measured on this machine, at least 12 s) starts runs but cannot finish
-    # five epochs of every setup; slice 1 resumes from the packed state alone.
+    # five epochs of every setup; slice 1 resumes from the per-run archives alone (the run folders are removed).
     assert "gpu_campaign: slice 0 ended with status 75" in log, log[-3000:]
     assert "gpu_campaign: slice 1 ended with status 0" in log, log[-3000:]
     assert "Traceback" not in log
-    # The reports come back as one archive (a slice returns at most 8 files): with the state's parts, no more.
-    returned = sorted(p.name for p in out.iterdir())
-    assert "slice.tar.gz" in returned and len(returned) <= 7, returned
+    assert "runs/table1_scl_tiny from main__setup-ce__seed-0.tar.gz" in log, log[-3000:]  # restored from its own
+    # The reports come back as one archive, each run's state as its own (a slice returns at most 8 files).
+    assert sorted(p.name for p in out.iterdir()) == ["slice.tar.gz", "state"]
+    archives = sorted(p.name for p in (out / "state").iterdir())
+    assert archives == [f"main__setup-{setup}__seed-0.tar.gz"
+                        for setup in ("ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug")], archives
+    from rpm_lib.runs import archive as run_archive
+
+    for name in archives:
+        manifest = run_archive.read_manifest(out / "state" / name)
+        run = f"main/{name.removeprefix('main__').removesuffix('.tar.gz')}"
+        assert [r["path"] for r in manifest["runs"]] == [run] and manifest["compact"] is True, manifest["runs"]
+        # finished runs carry no checkpoints, but the weights their test scored (bfloat16, ~2 bytes a parameter)
+        assert not any("/checkpoints/" in f for f in manifest["files"]), (name, sorted(manifest["files"]))
+        weights = manifest["files"].get(f"{run}/final_weights.pt")
+        assert weights is not None and weights["bytes"] < 2_500_000, (name, sorted(manifest["files"]))
     with tarfile.open(out / "slice.tar.gz") as tar:
         reports = {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
     assert set(reports) == {"progress.md", "progress.json", "table1.md", "slice.json"}, set(reports)  # no GPU: no csv
     progress = reports["progress.md"]
     rows = [line for line in progress.splitlines() if line.startswith("| main/")]
     assert len(rows) == 5 and all("| finished |" in row for row in rows), progress
-    # Three at a time: the runs slice 0 started continued in slice 1 (the others started there).
+    # the runs slice 0 started went on in slice 1 from their archives (the others started there)
     assert sum(row.split("|")[9].strip() == "2" for row in rows) >= 1, progress
     assert "| SCL | MLCL+AUG |" in reports["table1.md"]
     info = json.loads(reports["slice.json"])
@@ -58,19 +73,19 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     # every run trained in slice 1 (a run slice 0 started resumed there): its training call's start-up is recorded
     standing = json.loads(reports["progress.json"])
     assert all(0 < run["first_step_s"] < info["seconds"] for run in standing), standing
-    parts = sorted(out.glob("state.tar.gz.part*"))
-    assert len(parts) >= 2 and not (out / "state.tar.gz").exists(), sorted(p.name for p in out.iterdir())
-    assert all(part.stat().st_size <= 20000 for part in parts)
-    packed = b"".join(part.read_bytes() for part in parts)
-    assert len(packed) < 1_000_000  # finished runs carry no checkpoints
 
-    # Recording the slice here: the state is stored, the slice appended, the document's tables rewritten.
+    # Recording the slice here: each run's archive is stored, the slice appended, the document's tables rewritten.
     record = _campaign_record()
     results, doc = tmp_path / "results", tmp_path / "reproduction-gpu.md"
     doc.write_text((REPO / "docs" / "reproduction-gpu.md").read_text())
     record.RESULTS, record.DOC, record.SLICES = results, doc, results / "slices.jsonl"
     assert record.main([str(out)]) == 0
-    assert (results / "state.tar.gz").read_bytes() == packed
+    for name in archives:  # the archives as they came back, every run being new here
+        assert (results / "state" / name).read_bytes() == (out / "state" / name).read_bytes(), name
+    assert not (results / "state.tar.gz").exists()
+    entry = json.loads((results / "slices.jsonl").read_text().splitlines()[-1])
+    assert entry["state_bytes_added"] == entry["state_bytes"] == sum((out / "state" / n).stat().st_size
+                                                                    for n in archives)
     text = doc.read_text()
     assert "| 1 | " in text and "cpu (dry run)" in text and "mlcl_aug 5+5 ep" in text, text
     assert "5 of 5 runs finished" in text and "MLCL+AUG is the best setup" in text, text
@@ -79,17 +94,22 @@ def test_the_campaign_dry_run_stops_unfinished_then_resumes_from_the_archive_to_
     figure = (results / "progress.png").read_bytes()  # each run's validation accuracy, drawn from the state
     assert figure.startswith(b"\x89PNG") and len(figure) > 10_000
 
-    # Slices 1-3 returned their reports as loose files: recorded the same way.
+    # Slices 1-3 returned their reports as loose files, slices 1-6 the state as one archive of every run: recorded
+    # the same way. The same state again adds nothing.
     loose = tmp_path / "loose"
     loose.mkdir()
     for name, text in reports.items():
         (loose / name).write_text(text)
-    (loose / "state.tar.gz").write_bytes(packed)
+    for name in archives:
+        run_archive.unpack(out / "state" / name, tmp_path / "whole")
+    run_archive.pack(tmp_path / "whole", loose / "state.tar.gz", compact=True)
     info = json.loads(reports["slice.json"])
     del info["started"]  # slices 1-3 did not record their start (and this one is recorded already)
     (loose / "slice.json").write_text(json.dumps(info))
+    before = {name: (results / "state" / name).read_bytes() for name in archives}
     entry = record.record(loose)
     assert entry["slice"] == 2 and entry["exit_status"] == 0 and len(entry["runs"]) == 5
+    assert entry["state_bytes_added"] == 0 and {n: (results / "state" / n).read_bytes() for n in archives} == before
 
 
 def test_a_slice_whose_budget_ends_before_any_run_begins_is_not_a_failure(tmp_path: Path) -> None:
@@ -98,7 +118,9 @@ def test_a_slice_whose_budget_ends_before_any_run_begins_is_not_a_failure(tmp_pa
     # (rpm-batch --cuda-mps would have refused, failing the slice)
     status, log = _dry_campaign(tmp_path / "work", tmp_path / "out", 300, CAMPAIGN_BUDGETS="1", CAMPAIGN_CUDA_MPS="1")
     assert status == 0, log[-3000:]
-    assert "gpu_campaign: no run has begun yet; nothing to pack" in log, log[-3000:]
+    # one run at a time by default: a slice's commit then adds at most one unfinished run's checkpoints
+    assert "gpu_campaign: slice 0, time budget 1 s, 1 runs at a time" in log, log[-3000:]
+    assert "campaign_record: no run has begun yet in runs/table1_scl_tiny; nothing to pack" in log, log[-3000:]
     if not _mps_control_here():
         assert "the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine" in log, log[-3000:]
     assert "gpu_campaign: slice 0 ended with status 75" in log and "Traceback" not in log, log[-3000:]
@@ -117,7 +139,8 @@ def test_a_slice_left_no_time_after_its_reserve_says_so_and_returns_the_state_as
     assert status == 0 and "Traceback" not in log and "rpm-batch: error" not in log, log[-3000:]
     assert "gpu_campaign: slice 0: no time left for training" in log, log[-3000:]
     returned = tmp_path / "returned"
-    run_archive.unpack(tmp_path / "out" / "state.tar.gz", returned)
+    assert sorted(p.name for p in (tmp_path / "out" / "state").iterdir()) == ["main__a.tar.gz"]
+    run_archive.unpack(tmp_path / "out" / "state" / "main__a.tar.gz", returned)
     assert run_archive.run_reach(returned / "main" / "a").steps == 4
 
 
@@ -163,7 +186,8 @@ def test_a_second_slice_on_a_warm_machine_goes_on_from_the_runs_there_not_the_ol
     assert "note: runs/table1_scl_tiny/main/ahead: the run here had gone further (unfinished, 12 steps, 3 epochs) than the archive's " \
            "(unfinished, 4 steps, 1 epochs); kept (--keep-further)" in log, log[-3000:]
     returned = tmp_path / "returned"
-    run_archive.unpack(tmp_path / "out" / "state.tar.gz", returned)
+    for name in ("main__ahead.tar.gz", "main__behind.tar.gz"):
+        run_archive.unpack(tmp_path / "out" / "state" / name, returned)
     assert run_archive.run_reach(returned / "main" / "ahead").steps == 12
     assert run_archive.run_reach(returned / "main" / "behind").epochs == 1  # the archive's, restored
 
@@ -188,9 +212,13 @@ def test_the_gpu_campaign_trains_the_table1_grid_row_of_scl() -> None:
         if key != "num_workers":
             assert campaign[key] == value, f"table1_scl_gpu.yaml {key}: {campaign[key]!r}, table1.yaml: {value!r}"
     assert campaign["encoder"] == "scl"
-    axes = yaml.safe_load((REPO / "configs" / "table1_scl_gpu.yaml").read_text())["axes"]
+    grids = {grid["name"]: grid["axes"]
+             for grid in yaml.safe_load((REPO / "configs" / "table1_scl_gpu.yaml").read_text())["grids"]}
     tiny = yaml.safe_load((REPO / "configs" / "table1_scl_tiny.yaml").read_text())["axes"]
-    assert axes == tiny and axes["setup"] == ["ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug"]
+    # the paper's row (its dry run is the tiny one), then CE and CE+AUX-dense again with seed 1, whose weights ship
+    assert list(grids) == ["main", "seed1"]
+    assert grids["main"] == tiny and tiny["setup"] == ["ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug"]
+    assert grids["seed1"] == {"setup": ["ce", "ce_aux_dense"], "seed": [1]}
 
 
 # Fingerprint of the campaign's data recipe on a small scale (10 problems per configuration, the campaign's seed and
@@ -437,13 +465,22 @@ def test_recording_an_older_slice_or_one_slice_twice_is_refused_and_loses_nothin
         assert message.startswith("campaign_record: error: ") and expected in message, (case, message)
         assert message.endswith("nothing recorded") and "\n" not in message, (case, message)
         assert {p.name: p.read_bytes() for p in results.iterdir()} == before, case
+    # one archive of every run, as slices 1-6 returned it: each changed or new run is stored as its own archive
     newer = slice_folder("newer", {"main/a": 6, "main/b": 3, "main/c": 1}, 4000)
     assert record.record(newer)["slice"] == 2
-    assert (results / "state.tar.gz").read_bytes() == (newer / "state.tar.gz").read_bytes()
+    assert sorted(p.name for p in (results / "state").iterdir()) == ["main__a.tar.gz", "main__c.tar.gz"]
+    assert (results / "state.tar.gz").read_bytes() == before["state.tar.gz"]  # b: unchanged, still the base's
     # a run restarted on purpose (say after a change of method): recorded when asked, with a warning
     restarted = slice_folder("restarted", {"main/a": 6, "main/b": 1, "main/c": 2}, 5000)
     assert record.record(restarted, accept_behind=True)["slice"] == 3
     assert "warning: recorded although it holds less" in capsys.readouterr().err
+    # its own archive replaces the base's further copy (now every run has one: the base is gone)
+    assert not (results / "state.tar.gz").exists()
+    restored = tmp_path / "restored"
+    record.restore_state(results, restored)
+    from rpm_lib.runs import archive as run_archive
+
+    assert [run_archive.run_reach(restored / "main" / n).epochs for n in "abc"] == [6, 1, 2]
 
 
 def test_two_slices_on_one_machine_are_recorded_in_the_order_they_began(tmp_path: Path,
@@ -469,7 +506,8 @@ def test_two_slices_on_one_machine_are_recorded_in_the_order_they_began(tmp_path
     assert record.main([str(calls["second"]), str(calls["first"])]) == 0
     entries = [json.loads(line) for line in (results / "slices.jsonl").read_text().splitlines()]
     assert [(e["slice"], e["started"]) for e in entries] == [(1, 2000), (2, 2600)]
-    assert (results / "state.tar.gz").read_bytes() == (calls["second"] / "state.tar.gz").read_bytes()
+    second = record.committed_state(calls["second"])["main/a"].files
+    assert record.committed_state(results)["main/a"].files == second
 
 
 def test_a_slice_whose_mps_daemon_will_not_start_trains_with_the_runs_taking_turns(tmp_path: Path) -> None:
@@ -480,9 +518,162 @@ def test_a_slice_whose_mps_daemon_will_not_start_trains_with_the_runs_taking_tur
     control = driver / "nvidia-cuda-mps-control"
     control.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2\nexit 1\n")
     control.chmod(0o755)
+    # three at a time, so that the five runs finish within the 400 s on a busy 2-core machine
     status, log = _dry_campaign(tmp_path / "work", tmp_path / "out", 600, CAMPAIGN_BUDGETS="400", CAMPAIGN_CUDA_MPS="1",
-                                PATH=f"{driver}{os.pathsep}{os.environ['PATH']}")
+                                CAMPAIGN_JOBS="3", PATH=f"{driver}{os.pathsep}{os.environ['PATH']}")
     assert status == 0, log[-3000:]
     assert "-d exited with status 1: An instance of this daemon is already running" in log, log[-3000:]
     assert "gpu_campaign: MPS did not work (above); the runs take turns on the GPU for the 400 s left" in log, log[-3000:]
     assert "gpu_campaign: slice 0 ended with status 0" in log and "Traceback" not in log, log[-3000:]
+
+
+def _per_run_slice(folder: Path, runs: dict[str, int], started: int, finished: tuple[str, ...] = ()) -> Path:
+    """A slice's returned folder as gpu_slice.sh leaves it: each run (name -> epochs done, 4 steps each; stopped by
+    the budget, or ``finished``) packed into its own archive in ``state/``, and the slice's reports."""
+    from rpm_lib.runs import archive as run_archive
+
+    record = _campaign_record()
+    for name, epochs in runs.items():
+        run_dir = folder / "runs" / "main" / name
+        _stopped_run(run_dir, epochs=epochs, steps=4 * epochs)
+        if name in finished:
+            shutil.rmtree(run_dir / "checkpoints")
+            (run_dir / "metrics.json").write_text(json.dumps({"test_accuracy": 0.5}))
+            (run_dir / "progress.json").write_text(json.dumps({"status": "finished", "stages": {
+                "supervised": {"completed": True, "global_step": 4 * epochs}}}))
+        run_archive.pack(folder / "runs", folder / "state" / record.run_archive_name(f"main/{name}"), compact=True,
+                         runs=[f"main/{name}"])
+    (folder / "slice.json").write_text(json.dumps({"date": "d", "device": "gpu", "seconds": 540.0,
+                                                   "exit_status": 75, "started": started}))
+    (folder / "progress.json").write_text("[]")
+    return folder
+
+
+def test_recording_stores_only_the_runs_that_changed_or_finished_and_drops_the_base_once_every_run_has_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every slice committed one archive of every run (27.7 MB): a new blob of that size in the repository's history
+    # each time, although most runs had not changed. Now a run's own archive is stored only when its files change
+    # (or, small, when it has finished), and the old archive stays the base layer until no run needs it.
+    from rpm_lib.runs import archive as run_archive
+
+    record = _campaign_record()
+    results = tmp_path / "results"
+    monkeypatch.setattr(record, "RESULTS", results)
+    monkeypatch.setattr(record, "SLICES", results / "slices.jsonl")
+    monkeypatch.setattr(record, "_carried_besides_state", lambda: (0, 0))  # room enough beside the state
+    base_runs = tmp_path / "committed"
+    for name, epochs in (("a", 2), ("b", 3), ("done", 5)):
+        _stopped_run(base_runs / "main" / name, epochs=epochs, steps=4 * epochs)
+    (base_runs / "main" / "done" / "metrics.json").write_text(json.dumps({"test_accuracy": 0.5}))
+    shutil.rmtree(base_runs / "main" / "done" / "checkpoints")
+    (base_runs / "main" / "done" / "progress.json").write_text(json.dumps({"status": "finished", "stages": {
+        "supervised": {"completed": True, "global_step": 20}}}))
+    run_archive.pack(base_runs, results / "state.tar.gz", compact=True)
+    base = (results / "state.tar.gz").read_bytes()
+
+    # slice 1 trained a (b waited its turn; done had finished before): a is stored, and done, which only the base
+    # held; b stays in the base, which stays
+    first = _per_run_slice(tmp_path / "first", {"a": 3, "b": 3, "done": 5}, 1000, finished=("done",))
+    entry = record.record(first)
+    assert sorted(p.name for p in (results / "state").iterdir()) == ["main__a.tar.gz", "main__done.tar.gz"]
+    assert (results / "state.tar.gz").read_bytes() == base
+    added = sum((results / "state" / n).stat().st_size for n in ("main__a.tar.gz", "main__done.tar.gz"))
+    assert entry["state_bytes_added"] == added
+    assert entry["state_bytes"] == added + len(base)  # what the next slice carries: the base and the runs' own
+    said = capsys.readouterr().out
+    assert f"campaign_record: slice 1 adds {added / 1e6:.1f} MB to the repository (main__a.tar.gz, " \
+           "main__done.tar.gz)" in said, said
+    row = json.loads((results / "slices.jsonl").read_text().splitlines()[-1])
+    assert row["state_bytes_added"] == added and row["slice"] == 1
+    state = record.committed_state(results)
+    assert {run: held.archive.name for run, held in state.items()} == {
+        "main/a": "main__a.tar.gz", "main/b": "state.tar.gz", "main/done": "main__done.tar.gz"}
+
+    # slice 2 trained b: stored, and with it every run has its own archive: the base goes. a and done did not
+    # change: their archives are not written again (the same file, not a new blob of the same content)
+    kept = {n: (results / "state" / n).stat().st_mtime_ns for n in ("main__a.tar.gz", "main__done.tar.gz")}
+    monkeypatch.setattr(record, "ADDED_LIMIT", 100)  # a slice over the bound is said to be, in one line
+    second = _per_run_slice(tmp_path / "second", {"a": 3, "b": 4, "done": 5}, 2000, finished=("done",))
+    entry = record.record(second)
+    said = capsys.readouterr().out
+    assert not (results / "state.tar.gz").exists()
+    assert entry["state_bytes_added"] == (results / "state" / "main__b.tar.gz").stat().st_size
+    assert {n: (results / "state" / n).stat().st_mtime_ns for n in kept} == kept
+    warning = [line for line in said.splitlines() if "adds" in line]
+    assert len(warning) == 1 and warning[0].startswith("campaign_record: warning: slice 2 adds ") \
+        and "state.tar.gz removed" in warning[0] and "over the 0 MB a commit should add" in warning[0], said
+    restored = tmp_path / "restored"
+    record.restore_state(results, restored)
+    assert [run_archive.run_reach(restored / "main" / n).epochs for n in ("a", "b", "done")] == [3, 4, 5]
+
+    # a slice that changed nothing adds nothing
+    third = _per_run_slice(tmp_path / "third", {"a": 3, "b": 4, "done": 5}, 3000, finished=("done",))
+    assert record.record(third)["state_bytes_added"] == 0
+    assert "slice 3 adds 0.0 MB to the repository (no archive: no run's state changed)" in capsys.readouterr().out
+
+
+def test_the_added_bytes_are_warned_about_over_15_mb() -> None:
+    record = _campaign_record()
+    assert record.added_note(7, ["main__setup-mlcl__seed-0.tar.gz"], 15_000_000) == (
+        "campaign_record: slice 7 adds 15.0 MB to the repository (main__setup-mlcl__seed-0.tar.gz)")
+    warning = record.added_note(7, ["a.tar.gz", "b.tar.gz"], 15_000_001)
+    assert warning.startswith("campaign_record: warning: slice 7 adds 15.0 MB") and "CAMPAIGN_JOBS=1" in warning
+    assert "\n" not in warning
+
+
+def test_a_run_s_own_archive_wins_over_the_base_even_when_it_holds_less(tmp_path: Path) -> None:
+    # A run restarted on purpose (recorded with --accept-behind) has an archive of its own that holds less than the
+    # base's copy. Unpacking the base and then the run's archive with --keep-further, the base's copy would have
+    # been kept as "further" and the restart undone: each run is restored from one archive only.
+    from rpm_lib.runs import archive as run_archive
+
+    record = _campaign_record()
+    results = tmp_path / "results"
+    _stopped_run(tmp_path / "old" / "main" / "a", epochs=3, steps=12)
+    _stopped_run(tmp_path / "old" / "main" / "b", epochs=2, steps=8)
+    run_archive.pack(tmp_path / "old", results / "state.tar.gz")
+    _stopped_run(tmp_path / "new" / "main" / "a", epochs=1, steps=4)
+    run_archive.pack(tmp_path / "new", results / "state" / "main__a.tar.gz", runs=["main/a"])
+    machine = tmp_path / "machine"  # a fresh machine
+    record.restore_state(results, machine, keep_further=True)
+    assert run_archive.run_reach(machine / "main" / "a").steps == 4
+    assert run_archive.run_reach(machine / "main" / "b").steps == 8
+    # a second slice on the same machine: its runs went on (a to 8 steps, still behind the base's 12) and are kept
+    _stopped_run(machine / "main" / "a", epochs=2, steps=8)
+    notes: list[str] = []
+    record.restore_state(results, machine, keep_further=True, warn=notes.append)
+    assert run_archive.run_reach(machine / "main" / "a").steps == 8 and len(notes) == 1 and "kept" in notes[0]
+    # two archives of one run cannot both be its own
+    shutil.copyfile(results / "state" / "main__a.tar.gz", results / "state" / "main__a-copy.tar.gz")
+    with pytest.raises(run_archive.ArchiveError,
+                       match=r"main__a.*: holds run main/a, as .*main__a.* does; one archive per run"):
+        record.committed_state(results)
+
+
+def test_the_base_goes_early_when_the_next_slice_could_not_carry_it_beside_the_runs_own_archives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # One run at a time, MLCL trains for slices while MLCL+AUG waits in the base: base (27.7 MB), MLCL's own archive
+    # and the finished runs' would not fit beside the wheels in what a slice may carry (64 MiB). Then the base's
+    # last run is stored as its own archive too, and the base goes: one larger commit rather than no next slice.
+    from rpm_lib.runs import archive as run_archive
+
+    record = _campaign_record()
+    results = tmp_path / "results"
+    monkeypatch.setattr(record, "RESULTS", results)
+    monkeypatch.setattr(record, "SLICES", results / "slices.jsonl")
+    for name, epochs in (("a", 2), ("b", 3)):
+        _stopped_run(tmp_path / "committed" / "main" / name, epochs=epochs, steps=4 * epochs)
+    run_archive.pack(tmp_path / "committed", results / "state.tar.gz", compact=True)
+    returned = _per_run_slice(tmp_path / "slice", {"a": 3, "b": 3}, 1000)
+    a_bytes = (returned / "state" / "main__a.tar.gz").stat().st_size
+    base_bytes = (results / "state.tar.gz").stat().st_size
+    # the wheels and the rest of the checkout leave room for the base, not for the base and a's own archive
+    monkeypatch.setattr(record, "_carried_besides_state", lambda: (record.CARRY_LIMIT - base_bytes - a_bytes + 1, 0))
+    entry = record.record(returned)
+    said = capsys.readouterr().out
+    assert "the runs only it held (main/b) are stored as their own archives, and it goes" in said, said
+    assert not (results / "state.tar.gz").exists()
+    assert sorted(p.name for p in (results / "state").iterdir()) == ["main__a.tar.gz", "main__b.tar.gz"]
+    assert entry["state_bytes_added"] == entry["state_bytes"] == sum(
+        (results / "state" / n).stat().st_size for n in ("main__a.tar.gz", "main__b.tar.gz"))
+    assert record.committed_state(results)["main/b"].files == record.committed_state(returned)["main/b"].files

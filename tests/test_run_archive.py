@@ -18,6 +18,7 @@ import torch
 from rpm_lib import batch
 from rpm_lib.runs import archive as run_archive
 from rpm_lib.runs.archive import ArchiveError
+from comparable_metrics import comparable as _comparable
 
 
 def _fake_run(run_dir: Path, status: str) -> None:
@@ -255,10 +256,6 @@ def _epochs_started() -> Any:
     return Log()
 
 
-def _comparable(metrics: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in metrics.items() if k not in {"runtime_s", "stages", "git_commit", "config"}}
-    out["stages"] = [{k: v for k, v in s.items() if k not in ("wall_time_s", "val_seconds")} for s in metrics["stages"]]
-    return out
 
 
 @pytest.mark.parametrize(("setup", "stage"), [("ce_aux_sparse", "supervised"), ("mlcl", "linear")])
@@ -567,3 +564,68 @@ def test_unpack_refuses_members_that_tarfile_s_data_filter_refuses(tmp_path: Pat
         with pytest.raises(ArchiveError, match=f"member '{info.name}' is not a regular file; refusing to unpack"):
             run_archive.unpack(_archive(tmp_path / "bad.tar.gz", {}, {}, extra=[info]), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# one archive per run: a chosen subset packed and unpacked
+# ----------------------------------------------------------------------------------------------
+def test_pack_with_chosen_runs_packs_only_those_under_their_batch_paths(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # a campaign commits one archive per run, so that a run that did not change adds nothing to its history
+    _fake_run(tmp_path / "batch" / "main" / "a", "unfinished")
+    _fake_run(tmp_path / "batch" / "main" / "b", "finished")
+    runs = run_archive.pack(tmp_path / "batch", tmp_path / "b.tar.gz", runs=["main/b/"])
+    assert [(r.path, r.status) for r in runs] == [("main/b", "finished")]
+    manifest = run_archive.read_manifest(tmp_path / "b.tar.gz")
+    assert [r["path"] for r in manifest["runs"]] == ["main/b"] and all(n.startswith("main/b/") for n in manifest["files"])
+    run_archive.pack(tmp_path / "batch", tmp_path / "all.tar.gz")  # its files are those of the whole folder's
+    whole = run_archive.read_manifest(tmp_path / "all.tar.gz")
+    assert {n: f for n, f in whole["files"].items() if n.startswith("main/b/")} == manifest["files"]
+    run_archive.unpack(tmp_path / "b.tar.gz", tmp_path / "restored")  # rpm-batch unpack X --out <batch folder>
+    assert sorted(p.name for p in (tmp_path / "restored" / "main").iterdir()) == ["b"]
+    assert batch.main(["pack", str(tmp_path / "batch"), "--run", "main/a", "--run", "main/b",
+                       "--out", str(tmp_path / "ab.tar.gz")]) == 0
+    assert [r["path"] for r in run_archive.read_manifest(tmp_path / "ab.tar.gz")["runs"]] == ["main/a", "main/b"]
+    capsys.readouterr()
+
+
+def test_pack_refuses_a_run_that_is_not_there_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _fake_run(tmp_path / "batch" / "main" / "a", "unfinished")
+    (tmp_path / "batch" / "main" / "empty").mkdir()  # no run state: nothing to pack either
+    for wrong in ("main/c", "main/empty", "a"):
+        with pytest.raises(ArchiveError, match=f"no run folder '{wrong}' to pack \\(the runs there: main/a\\)"):
+            run_archive.pack(tmp_path / "batch", tmp_path / "s.tar.gz", runs=["main/a", wrong])
+    with pytest.raises(ArchiveError, match="no run chosen"):
+        run_archive.pack(tmp_path / "batch", tmp_path / "s.tar.gz", runs=[])
+    assert batch.main(["pack", str(tmp_path / "batch"), "--run", "main/c", "--out", str(tmp_path / "s.tar.gz")]) == 2
+    line = _one_error_line(capsys, "pack", tmp_path / "batch")
+    assert "'main/c'" in line and "Traceback" not in line
+    assert not list(tmp_path.glob("*.tar.gz")) and not list(tmp_path.glob(".*partial"))
+
+
+def test_packing_a_restored_run_again_gives_the_same_files(tmp_path: Path) -> None:
+    # A campaign records a run's archive only when the SHA-256 of one of its files changed: packing an unchanged
+    # run again, as every slice does (its checkpoints loaded and saved again by --compact and the best weights'
+    # reduction), must give the same bytes, or every slice would add every run again.
+    _fake_run(tmp_path / "batch" / "main" / "a", "unfinished")
+    run_archive.pack(tmp_path / "batch", tmp_path / "first.tar.gz", compact=True)
+    run_archive.unpack(tmp_path / "first.tar.gz", tmp_path / "restored")
+    run_archive.pack(tmp_path / "restored", tmp_path / "again.tar.gz", compact=True, runs=["main/a"])
+    first, again = (run_archive.read_manifest(tmp_path / name) for name in ("first.tar.gz", "again.tar.gz"))
+    assert any(name.endswith(".ckpt") for name in first["files"])
+    assert again["files"] == first["files"]
+
+
+def test_unpack_with_chosen_runs_restores_only_those_and_refuses_one_it_lacks(tmp_path: Path) -> None:
+    # the campaign's base archive restores only the runs that no archive of their own replaces
+    _fake_run(tmp_path / "batch" / "main" / "a", "unfinished")
+    _fake_run(tmp_path / "batch" / "main" / "b", "finished")
+    run_archive.pack(tmp_path / "batch", tmp_path / "state.tar.gz")
+    out = tmp_path / "out"
+    run_archive.unpack(tmp_path / "state.tar.gz", out, runs=["main/b"])
+    assert sorted(p.name for p in (out / "main").iterdir()) == ["b"] and not list(out.rglob("*partial*"))
+    with pytest.raises(ArchiveError, match=r"state.tar.gz: holds no run 'main/c' \(its runs: main/a, main/b\)"):
+        run_archive.unpack(tmp_path / "state.tar.gz", tmp_path / "other", runs=["main/a", "main/c"])
+    assert not (tmp_path / "other").exists()
+    run_archive.unpack(tmp_path / "state.tar.gz", out, runs=["main/a"])  # the other one, beside it
+    assert sorted(p.name for p in (out / "main").iterdir()) == ["a", "b"]

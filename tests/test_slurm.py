@@ -22,7 +22,6 @@ import pytest
 
 from rpm_lib import batch
 from rpm_lib.batch import slurm
-from comparable_metrics import final_weights_record
 
 REPO = Path(__file__).resolve().parents[1]
 DAEMONS = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -157,7 +156,7 @@ axes:
 
 def _comparable(metrics: dict) -> dict:
     dropped = {"runtime_s", "stages", "git_commit", "config", "test_sets"}
-    return {**{k: v for k, v in metrics.items() if k not in dropped}, "final_weights": final_weights_record(metrics)}
+    return {k: v for k, v in metrics.items() if k not in dropped}
 
 
 def test_a_grid_on_slurm_is_requeued_at_its_time_limit_and_equals_the_local_run(

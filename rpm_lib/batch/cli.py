@@ -133,6 +133,10 @@ def build_state_parser() -> argparse.ArgumentParser:
     pack.add_argument("--compact", action="store_true",
                       help="store unfinished runs' Adam moments in bfloat16 (12 instead of 16 bytes per parameter; "
                            "resuming is then not bit-exact: for GPU runs, which are not bit-exact anyway)")
+    pack.add_argument("--run", action="append", dest="runs", metavar="RUN",
+                      help="pack only this run folder, given relative to the packed folder (e.g. "
+                           "main/setup-ce__seed-0); repeat for several. One archive per run changes only when its "
+                           "run does")
     unpack = commands.add_parser("unpack", help="restore run folders from an archive")
     unpack.add_argument("archive", help="an archive written by rpm-batch pack")
     unpack.add_argument("--out", required=True, help="folder to restore into (the packed folder's place)")
@@ -170,7 +174,7 @@ def state_main(argv: Sequence[str]) -> int:
     try:
         if args.command == "pack":
             runs = run_archive.pack(args.folder, args.out, keep_final_weights=args.keep_final_weights,
-                                    compact=args.compact)
+                                    compact=args.compact, runs=args.runs)
             print(f"rpm-batch pack: {len(runs)} run(s) into {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)")
             print("\n".join(run_archive.describe(runs)))
         elif args.command == "unpack":

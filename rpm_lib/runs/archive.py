@@ -48,9 +48,10 @@ import contextlib
 import csv
 import dataclasses
 import filecmp
+import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -156,8 +157,10 @@ def _partial(target: Path) -> Path:
 
 
 def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
-           warn: Callable[[str], None] | None = None, keep_further: bool = False) -> dict[str, Any]:
-    """Restore the run folders of archive ``source`` under ``out``; returns the archive's manifest.
+           warn: Callable[[str], None] | None = None, keep_further: bool = False,
+           runs: Iterable[str] | None = None) -> dict[str, Any]:
+    """Restore the run folders of archive ``source`` (or the ``runs`` among them) under ``out``; returns the
+    archive's manifest.
 
     The archive is read through twice: first to check all of it (nothing written), then to write each file next
     to its place (``.<name>.unpack-partial``, hashed again while written), and only when all are written are
@@ -175,12 +178,14 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
         keep_further: with ``overwrite``, a run here that had gone further than the archive's is kept as it is
             (``warn`` names it) instead of replaced; the archive's other runs are restored. For a second slice on a
             machine that still holds the first slice's runs, while the archive carried is the older state.
+        runs: restore only these run folders of the archive (paths as its manifest lists them), e.g. the runs of
+            an older archive that no newer one of a single run replaces; the whole archive is checked all the same.
 
     Raises:
         ArchiveError: unreadable archive, a manifest of the wrong shape or over :data:`MAX_TOTAL_BYTES`, an unsafe,
             unexpected or altered member, ``out`` or a place below it taken by something that is not a folder
-            (or file), or (without ``overwrite``) a run file already under ``out``. Nothing is written in any of
-            these cases.
+            (or file), one of ``runs`` that the archive does not hold, or (without ``overwrite``) a run file
+            already under ``out``. Nothing is written in any of these cases.
     """
     source, out = Path(source), Path(out)
     if keep_further and not overwrite:
@@ -190,19 +195,38 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
         raise ArchiveError(f"{out}: exists and is not a folder; --out names the folder to restore into")
     manifest = read_members(source, out, max_total_bytes=MAX_TOTAL_BYTES)  # all checked before anything is written
     names = list(manifest["files"])
+    if runs is not None:
+        chosen = _chosen_runs(manifest, runs, source)
+        names = [name for name in names if split_name(name, source)[0] in chosen]
     targets = {name: _check_target(out, name) for name in names}
-    runs = sorted({split_name(name, source)[0] for name in names})
+    skipped = set(manifest["files"]) - set(names)
+    folders = sorted({split_name(name, source)[0] for name in names})
     carried = set(targets.values())
-    left = {run: [f for f in _state_files(out / run) if f not in carried] for run in runs}
+    left = {run: [f for f in _state_files(out / run) if f not in carried] for run in folders}
     existing = [t for t in targets.values() if t.exists()] + [f for files in left.values() for f in files]
     if existing and not overwrite:
         raise ArchiveError(f"{existing[0]} exists; unpack into an empty folder or pass --overwrite "
                            f"({len(existing)} file(s) would be replaced or removed)")
-    _check_space(out, sum(record["bytes"] for record in manifest["files"].values()))
+    _check_space(out, sum(manifest["files"][name]["bytes"] for name in names))
     with contextlib.ExitStack() as locks:
-        for run in runs:
+        for run in folders:
             _lock_run(out / run, locks)
-        return _restore(source, out, manifest, targets, runs, left, carried, warn, keep_further)
+        return _restore(source, out, manifest, targets, folders, left, carried, warn, keep_further, skipped)
+
+
+def _chosen_runs(manifest: dict[str, Any], runs: Iterable[str], source: Path) -> set[str]:
+    """The run folders ``runs`` (normalised), each one that the archive's ``manifest`` lists.
+
+    Raises:
+        ArchiveError: one the archive does not hold, named with the runs it does.
+    """
+    held = {record["path"] for record in manifest["runs"]}
+    chosen = {PurePosixPath(name).as_posix() for name in runs}
+    unknown = sorted(chosen - held)
+    if unknown:
+        raise ArchiveError(f"{source}: holds no run {unknown[0]!r} (its runs: {', '.join(sorted(held))}); nothing "
+                           "unpacked")
+    return chosen
 
 
 def _lock_run(run_dir: Path, stack: contextlib.ExitStack) -> None:
@@ -226,9 +250,10 @@ def _lock_run(run_dir: Path, stack: contextlib.ExitStack) -> None:
 
 def _restore(source: Path, out: Path, manifest: dict[str, Any], targets: dict[str, Path], runs: list[str],
              left: dict[str, list[Path]], carried: set[Path], warn: Callable[[str], None] | None,
-             keep_further: bool = False) -> dict[str, Any]:
-    """The writing half of :func:`unpack`, once everything is checked and the runs' locks are held."""
-    written = _write_partials(source, out, targets)
+             keep_further: bool = False, skipped: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The writing half of :func:`unpack`, once everything is checked and the runs' locks are held (``skipped``:
+    the members of runs not chosen, read through and discarded)."""
+    written = _write_partials(source, out, targets, skipped)
     try:
         removed: list[Path] = []
         kept: set[str] = set()
@@ -281,9 +306,11 @@ def _print_warning(line: str) -> None:
     print(f"warning: {line}", file=sys.stderr)
 
 
-def _write_partials(source: Path, out: Path, targets: dict[str, Path]) -> list[Path]:
-    """Write every member of ``source`` next to its target (see :func:`_partial`); the partial files and folders
-    created, deepest last. On an error those are removed again and ``ArchiveError`` raised."""
+def _write_partials(source: Path, out: Path, targets: dict[str, Path],
+                    skipped: set[str] | frozenset[str] = frozenset()) -> list[Path]:
+    """Write every member of ``source`` next to its target (see :func:`_partial`), discarding the ``skipped``
+    ones; the partial files and folders created, deepest last. On an error those are removed again and
+    ``ArchiveError`` raised."""
     created: list[Path] = []
     for folder in [out, *(t.parent for t in targets.values())]:
         for place in [*reversed(folder.parents), folder]:
@@ -292,6 +319,8 @@ def _write_partials(source: Path, out: Path, targets: dict[str, Path]) -> list[P
     created = list(dict.fromkeys(created))
 
     def sink(name: str) -> IO[bytes]:
+        if name in skipped:
+            return open(os.devnull, "wb")  # read through for its SHA-256 check, written nowhere
         if name not in targets:
             raise ArchiveError(f"{source}: changed while it was unpacked; nothing written")
         return _partial(targets[name]).open("wb")

@@ -1,6 +1,7 @@
 """``rpm-batch pack``: what resuming needs from run folders, packed into one small archive.
 
-Which run folders travel (those with something to resume, :func:`has_run_state`), which of their files (see
+Which run folders travel (those with something to resume, :func:`has_run_state`, or the chosen ones among
+them), which of their files (see
 ``rpm_lib.runs.archive``), checkpoints reduced to what resuming reads back, and the archive written atomically.
 The archive's format is ``rpm_lib.runs.archive_manifest``.
 """
@@ -14,7 +15,7 @@ import json
 import tarfile
 import time
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rpm_lib.checkpoints import load_plain
@@ -170,23 +171,27 @@ def _run_members(run_dir: Path, keep_final_weights: bool, compact: bool = False)
 
 
 def pack(folder: str | Path, out: str | Path, keep_final_weights: bool = False,
-         compact: bool = False) -> list[PackedRun]:
-    """Pack every run folder at or below ``folder`` into the gzip tar ``out`` (written atomically).
+         compact: bool = False, runs: Iterable[str] | None = None) -> list[PackedRun]:
+    """Pack every run folder at or below ``folder`` (or the ``runs`` among them) into the gzip tar ``out``
+    (written atomically).
 
     ``out`` may replace an archive written here (the normal workflow: a campaign re-packs its state every slice),
-    never another file or a folder.
+    never another file or a folder. ``runs``: the run folders to pack, as paths relative to ``folder``
+    (``main/setup-ce__seed-0``; ``.`` for ``folder`` itself), e.g. one run per archive, so that an archive
+    changes only when its run does; its members keep the same paths as in an archive of the whole folder.
 
     Returns:
         One :class:`PackedRun` per run, in folder order.
 
     Raises:
-        ArchiveError: no run folder found, a run folder that names missing weights or is (or holds) a symbolic
-            link, a folder below ``folder`` that cannot be listed, or an ``out`` that is a folder, another file,
-            or cannot be written. Nothing is left behind at ``out`` then.
+        ArchiveError: no run folder found, one of ``runs`` that is not a run folder of ``folder`` with something to
+            pack, a run folder that names missing weights or is (or holds) a symbolic link, a folder below
+            ``folder`` that cannot be listed, or an ``out`` that is a folder, another file, or cannot be written.
+            Nothing is left behind at ``out`` then.
     """
     folder, out = Path(folder), Path(out)
     _check_pack_out(out)
-    runs = _runs_to_pack(folder)
+    runs = _runs_to_pack(folder) if runs is None else _chosen_runs(folder, runs)
     packed: list[PackedRun] = []
     files: dict[str, dict[str, Any]] = {}
     contents: list[tuple[str, bytes]] = []
@@ -233,6 +238,25 @@ def _runs_to_pack(folder: Path) -> list[Path]:
         raise ArchiveError(f"{folder}: no run folders (a folder with config.yaml and progress.json, metrics.json, "
                            "history.csv or checkpoints/<stage>/last.ckpt)")
     return runs
+
+
+def _chosen_runs(folder: Path, chosen: Iterable[str]) -> list[Path]:
+    """The run folders ``chosen`` (paths relative to ``folder``) among :func:`_runs_to_pack`'s, in folder order.
+
+    Raises:
+        ArchiveError: none chosen, or one that is not a run folder of ``folder`` with something to pack (named,
+            with the runs there).
+    """
+    wanted = [PurePosixPath(name).as_posix() for name in chosen]
+    if not wanted:
+        raise ArchiveError(f"{folder}: no run chosen to pack")
+    runs = {run.relative_to(folder).as_posix(): run for run in _runs_to_pack(folder)}
+    unknown = [name for name in wanted if name not in runs]
+    if unknown:
+        names = sorted(runs)
+        there = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+        raise ArchiveError(f"{folder}: no run folder {unknown[0]!r} to pack (the runs there: {there})")
+    return [run for name, run in runs.items() if name in wanted]
 
 
 def _check_pack_out(out: Path) -> None:

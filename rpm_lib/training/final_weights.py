@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,14 @@ def model_config(config: TrainConfig) -> dict[str, Any]:
     """The config fields that say what the model is and how it was trained (and its seed), as plain values.
 
     Where and how it ran (folders, machine, workers, logging, run control: ``NOT_COMPARED``) is left out: the file
-    describes the model, not the machine, and an interrupted and resumed run stores what an uninterrupted one does.
-    (Not byte for byte: torch writes a new serialization id into every file it saves.)
+    describes the model, not the machine, and an interrupted and resumed run writes the bytes an uninterrupted one
+    does.
     """
-    return {name: value for name, value in config.to_dict().items() if name not in NOT_COMPARED or name == "seed"}
+    fields = {name: value for name, value in config.to_dict().items() if name not in NOT_COMPARED or name == "seed"}
+    # Through JSON text: pickle writes a value once per object, so two configs of equal values built differently (one
+    # read back from config.yaml) would pickle to different bytes; fresh objects make the file a function of the
+    # values alone, and the same weights give the same SHA-256.
+    return json.loads(json.dumps(fields))
 
 
 def write_final_weights(module: RpmModule, config: TrainConfig, run_dir: Path) -> dict[str, Any]:

@@ -13,12 +13,12 @@ from rpm_lib.pretrained import PretrainedError, load_pretrained, model_entry, re
 from rpm_lib.pretrained.cli import main
 from rpm_lib.pretrained.evaluate import (accuracy_rows, expected_range, fresh_problems, merged, regime_rows,
                                          score_folder)
-from rpm_lib.pretrained.registry import REGISTRY_FILE
+from rpm_lib.pretrained.registry import PROTOCOLS, REGISTRY_FILE
 from rpm_lib.run_folder import FINAL_WEIGHTS, METRICS
 from rpm_lib.training import train
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.eval_sets import IN_DISTRIBUTION, OUT_OF_DISTRIBUTION
-from rpm_lib.training.final_weights import load_final_weights
+from rpm_lib.training.final_weights import load_final_weights, read_final_weights
 
 SHIPPED = list(read_registry())
 
@@ -125,9 +125,18 @@ def test_the_expected_range_holds_a_model_s_own_accuracy_and_rejects_a_far_one()
     assert not low <= 0.45 <= high
 
 
-def test_the_shipped_registry_lists_only_files_that_ship() -> None:
+def test_the_shipped_registry_lists_only_files_that_ship_and_says_what_they_hold() -> None:
+    assert SHIPPED, "no model ships"
     for name in SHIPPED:
-        assert verify(model_entry(name)) is None, name
+        entry = model_entry(name)
+        assert verify(entry) is None, name
+        payload = read_final_weights(entry.weights_path(), entry.sha256)
+        config = payload["config"]
+        assert (config["encoder"], config["setup"], config["image_size"]) == (entry.encoder, entry.setup,
+                                                                              entry.image_size), name
+        assert sum(t.numel() for k, t in payload["state_dict"].items() if "running" not in k
+                   and "num_batches" not in k) == entry.parameters, name
+        assert entry.protocol in PROTOCOLS and entry.test_num_samples > 0, name
     shipped = {p.name for p in (REGISTRY_FILE.parent / "weights").glob("*.pt")}
     assert shipped == {Path(model_entry(name).file).name for name in SHIPPED}
 

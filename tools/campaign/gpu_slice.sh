@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # One slice of the Table 1 campaign on a GPU machine that may be offline and time-limited: in ~10 minutes,
 #
-#   1. restore the runs' resumable state from results/table1_scl_gpu/state.tar.gz (committed after every slice),
+#   1. restore the runs' resumable state from results/table1_scl_gpu (committed after every slice): each run from
+#      its own archive, state/<grid>__<run>.tar.gz, else from the base layer state.tar.gz (one archive of every
+#      run, as slices 1-6 committed it), by `tools/campaign/record.py --restore`,
 #   2. run `rpm-batch configs/table1_scl_gpu.yaml` with a time budget: it regenerates the data (deterministic;
-#      each run checks the fingerprint it recorded), then trains the row's unfinished runs concurrently on the one
-#      GPU until about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step
-#      boundary with a resumable state (at most CAMPAIGN_JOBS=3 at once, see JOBS below),
-#   3. pack the state into CAMPAIGN_OUT/state.tar.gz (in 15 MiB parts when larger) and the slice's reports into
-#      CAMPAIGN_OUT/slice.tar.gz: progress.{md,json} (epochs, val accuracy, each run's seconds to its first step),
-#      table1.md, slice.json (card, times, exit status, and phases_s: the seconds from this script's start at which
-#      the environment was ready, the state unpacked, the batch ended and the state packed) and gpu_util.csv
-#      (nvidia-smi every 5 s). One archive, so that a slice returns at most 8 files (the state of three unfinished
-#      runs takes three parts).
+#      each run checks the fingerprint it recorded), then trains the row's unfinished runs on the one GPU until
+#      about CAMPAIGN_MINUTES (default 9) minutes after this script started, each stopping at a step boundary with
+#      a resumable state (CAMPAIGN_JOBS=1 at a time by default, see JOBS below),
+#   3. pack each run into its own archive, CAMPAIGN_OUT/state/<grid>__<run>.tar.gz (`record.py --pack`: rpm-batch
+#      pack --compact --run), and the slice's reports into CAMPAIGN_OUT/slice.tar.gz: progress.{md,json} (epochs,
+#      val accuracy, each run's seconds to its first step), table1.md, slice.json (card, times, exit status, and
+#      phases_s: the seconds from this script's start at which the environment was ready, the state unpacked, the
+#      batch ended and the state packed) and gpu_util.csv (nvidia-smi every 5 s). One archive of reports, so that
+#      a slice returns at most 8 files: the five runs' archives and slice.tar.gz.
 #
 # Then, back on your own machine: `python tools/campaign/record.py FOLDER` (FOLDER: a copy of CAMPAIGN_OUT) stores
-# the new state and appends the slice to results/table1_scl_gpu/slices.jsonl and docs/reproduction-gpu.md; commit.
+# the archives of the runs that changed and appends the slice to results/table1_scl_gpu/slices.jsonl and
+# docs/reproduction-gpu.md; commit (each commit then adds only the changed runs' archives).
 #
 #   CAMPAIGN_OUT=DIR bash tools/campaign/gpu_slice.sh  # on the GPU machine, with .gpu copied there (make gpu-wheels);
 #                                                      # DIR gets the state and reports (default /tmp/campaign-out)
 #   bash tools/campaign/gpu_slice.sh --cpu-dry-run     # here: configs/table1_scl_tiny.yaml in a temporary folder, two
-#                                                      # slices (the second resumes the first's packed state)
+#                                                      # slices (the second resumes the first's archives)
 #
 # On your own GPU, without slices: rpm-batch configs/table1_scl_gpu.yaml --jobs 5 --cuda-devices 0 --cuda-mps \
 #   --workers-per-run auto   (without --cuda-mps where NVIDIA's nvidia-cuda-mps-control is not installed)
@@ -28,16 +31,21 @@ cd "$(dirname "$0")/../.."
 REPO=$PWD
 export NO_ALBUMENTATIONS_UPDATE=1 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 STARTED=$(date +%s)
-# Runs trained at once. Each unfinished run carries 12 bytes per parameter to the next slice (fp32 weights, Adam
-# moments packed in bf16 by --compact, best weights): 8.6 MB for SCL CE+AUX-sparse, 11.1 MB for an MLCL setup. The
-# state is committed after every slice and travels to the next beside the wheels (26 MB) and the rest of the
-# repository (2.5 MB); a GPU machine's copy of the checkout holds at most 64 MiB (67.1 MB). Three at a time keep it under 32 MB, and
-# once CE and CE+AUX-dense had finished (slice 3) three are what is left: MLCL+AUG, the longest run, no longer
-# waits for a place.
-JOBS=${CAMPAIGN_JOBS:-3}
-# A file coming back from the GPU machine may hold at most 16 MiB: a larger state comes back in numbered parts
-# (state.tar.gz.part00, part01, ...) that tools/campaign/record.py joins.
-PART_BYTES=${CAMPAIGN_PART_BYTES:-15728640}
+# Runs trained at once; this decides what each commit of the state adds to the repository. Every run that trained
+# in the slice and is still unfinished comes back with new checkpoints, 12 bytes per parameter (fp32 weights, Adam
+# moments packed in bf16 by --compact, best weights): a 7.5 MB archive for SCL CE+AUX-sparse, 9.7 MB for an MLCL
+# setup (8.6 and 11.1 MB unpacked). One at a time, in the grid's order (CE+AUX-sparse, then MLCL, then MLCL+AUG), a
+# slice ends with at most one unfinished run whose state changed, and its commit adds at most ~12 MB (that run, and
+# the small archive of one that finished; once, ~21 MB, when record.py retires the base layer early so that the
+# next slice can still carry the state); three at a time, up to ~30 MB. The price is GPU time: on an H200, three
+# runs at once through MPS trained 1.76x (CE+AUX-sparse) and 2.06x (MLCL+AUG) the problems per second of one run of
+# the same code alone (2.21x and 2.04x one run of the earlier version ce69914; docs/reproduction-gpu.md, "Three runs
+# at once, with and without MPS"): one at a time takes 1.8-2.1 times the GPU time. CAMPAIGN_JOBS=3 buys that back
+# where the repository's growth matters less.
+JOBS=${CAMPAIGN_JOBS:-1}
+# A file coming back from the GPU machine may hold at most 16 MiB; one run's archive is under 10 MB for SCL (a
+# larger encoder's would not come back: said below).
+RETURN_BYTES=16777216
 # Seconds kept after the batch for packing the state and writing the reports.
 RESERVE=${CAMPAIGN_RESERVE:-25}
 
@@ -88,8 +96,11 @@ MPS=()
 [[ ${CAMPAIGN_CUDA_MPS:-$(( DRY ? 0 : 1 ))} == 1 ]] && { "$PY" -c 'from rpm_lib.cuda_mps import find_control; find_control()' 2>/dev/null \
     && MPS=(--cuda-mps) || echo "gpu_campaign: the runs take turns on the GPU: nvidia-cuda-mps-control is not on this machine"; }
 NAME=$(basename "$CONFIG" .yaml)
-STATE=$WORK/results/table1_scl_gpu/state.tar.gz
-[[ $DRY == 0 ]] && STATE=$REPO/results/table1_scl_gpu/state.tar.gz
+# The folder of the committed state (base state.tar.gz, per-run archives in state/); the dry run keeps its own.
+STATE_HOME=$WORK/results/table1_scl_gpu
+[[ $DRY == 0 ]] && STATE_HOME=$REPO/results/table1_scl_gpu
+# The campaign's state layout: tools/campaign/record.py restores and packs it.
+state() { "$PY" "$REPO/tools/campaign/record.py" "$@" --results "$STATE_HOME"; }
 RUNS=runs/$NAME
 mkdir -p "$DEST"
 REPORTS=$(mktemp -d /tmp/gpu-campaign-reports.XXXXXX)
@@ -115,11 +126,9 @@ budget_left() {
 batch() { rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$1"; }
 
 for number in "${!BUDGETS[@]}"; do
-    if [[ -f "$STATE" ]]; then
-        # --keep-further: a second slice on the same machine finds the first slice's runs here, further than the
-        # state it carries (the one committed before the first slice): those go on from where they are.
-        rpm-batch unpack "$STATE" --out "$RUNS" --overwrite --keep-further || exit 2
-    fi
+    # A second slice on the same machine finds the first slice's runs here, further than the state it carries (the
+    # one committed before the first slice): those go on from where they are (rpm-batch unpack --keep-further).
+    state --restore "$RUNS" || exit 2
     mark unpacked
     budget=$(budget_left "$number")
     if (( budget < 1 )); then
@@ -151,15 +160,10 @@ for number in "${!BUDGETS[@]}"; do
     fi
     mark batch_ended
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
-    mkdir -p "$(dirname "$STATE")"
-    if [[ ! -d "$RUNS" ]] || ! "$PY" -c 'import sys; from rpm_lib.runs.archive import find_runs
-sys.exit(0 if find_runs(sys.argv[1]) else 1)' "$RUNS"; then
-        # the budget ran out before any run began (data generation and start-up took it all): the state, if any,
-        # stays as it came, and the next slice starts the runs
-        echo "gpu_campaign: no run has begun yet; nothing to pack"
-    else
-        rpm-batch pack "$RUNS" --out "$STATE" --compact || exit 2
-    fi
+    # Every run into its own archive beside the committed ones (the next dry-run slice resumes from them);
+    # tools/campaign/record.py keeps only those whose state changed. Where no run has begun (data generation and
+    # start-up took the whole budget, and no state was committed) it packs nothing: the next slice starts the runs.
+    state --pack "$RUNS" || exit 2
     mark packed
     if [[ $DRY == 1 ]]; then  # the next slice starts from the archive alone, as on a fresh machine
         rm -rf "$RUNS"
@@ -167,15 +171,19 @@ sys.exit(0 if find_runs(sys.argv[1]) else 1)' "$RUNS"; then
     echo "gpu_campaign: slice $number ended with status $status"
 done
 
-rm -f "$DEST"/state.tar.gz "$DEST"/state.tar.gz.part* "$DEST"/slice.tar.gz
-if [[ ! -f "$STATE" ]]; then
+rm -rf "$DEST/state" && rm -f "$DEST/slice.tar.gz"
+shopt -s nullglob
+archives=("$STATE_HOME"/state/*.tar.gz)
+if (( ${#archives[@]} == 0 )); then
     echo "gpu_campaign: no state to return (no run has begun)"
-elif (( $(stat -c %s "$STATE") > PART_BYTES )); then
-    split -b "$PART_BYTES" -d -a 2 "$STATE" "$DEST/state.tar.gz.part"
 else
-    cp "$STATE" "$DEST/state.tar.gz"
+    mkdir -p "$DEST/state" && cp "${archives[@]}" "$DEST/state/"
+    for archive in "${archives[@]}"; do
+        (( $(stat -c %s "$archive") <= RETURN_BYTES )) \
+            || echo "gpu_campaign: warning: $(basename "$archive") is over 16 MiB: it does not come back from a machine that returns at most that per file" >&2
+    done
 fi
-[[ $DRY == 1 && -f "$STATE" ]] && rpm-batch unpack "$STATE" --out "$RUNS"
+[[ $DRY == 1 ]] && state --restore "$RUNS" >/dev/null
 if [[ -d "$RUNS" ]]; then
     rpm-batch progress "$RUNS" --json-out "$REPORTS/progress.json" | tee "$REPORTS/progress.md"
 fi
@@ -211,6 +219,6 @@ PYTHON
 rm -f "$PHASES"
 [[ -n $SMI ]] && kill "$SMI" 2>/dev/null && wait "$SMI" 2>/dev/null
 tar -czf "$DEST/slice.tar.gz" -C "$REPORTS" . && rm -rf "$REPORTS"
-[[ -f "$STATE" ]] && echo "gpu_campaign: state $(du -h "$STATE" | cut -f1) in $DEST ($(cd "$DEST" && echo state.tar.gz*)); batch exit status $status (75 = unfinished)"
+(( ${#archives[@]} )) && echo "gpu_campaign: state $(du -ch "${archives[@]}" | tail -1 | cut -f1) in $DEST/state (${#archives[@]} run archives); batch exit status $status (75 = unfinished)"
 # 0 finished, 75 runs left for the next slice; anything else failed.
 [[ $status == 0 || $status == 75 ]] && exit 0 || exit "$status"

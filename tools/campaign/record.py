@@ -3,13 +3,26 @@
     python tools/campaign/record.py FOLDER          # a copy of the slice's CAMPAIGN_OUT folder
     python tools/campaign/record.py FOLDER FOLDER2  # two slices (e.g. a second on the same machine), any order
 
+The campaign's state (what the next slice resumes) lies in ``results/table1_scl_gpu`` as one archive per run,
+``state/<grid>__<run>.tar.gz`` (``rpm-batch pack --run``), over a base layer, ``state.tar.gz``: one archive of every
+run, as slices 1-6 committed it. A run's own archive replaces its copy in the base (:func:`committed_state`); the
+base goes once every run in it has its own. Every commit of the state then adds only the archives of the runs that
+changed: a slice that trained one run adds that run's archive (7.5-9.7 MB for an unfinished SCL run, well under
+1 MB for a finished one without its weights), where one archive of every run added all of them (27.7 MB) each time.
+
 * the slice's reports come from ``FOLDER/slice.tar.gz`` (``progress.md``, ``progress.json``, ``table1.md``,
   ``slice.json``, ``gpu_util.csv``; slices 1-3 returned them as loose files, which are read the same way);
-* ``FOLDER/state.tar.gz`` (or its parts ``state.tar.gz.part00``, ``part01``, ... joined in order) becomes
-  ``results/table1_scl_gpu/state.tar.gz`` (what the next slice resumes);
-* the slice (date, card, seconds, exit status, state size, mean GPU utilisation, the seconds the GPU sat idle
-  before training began, each run's standing) is appended
-  to ``results/table1_scl_gpu/slices.jsonl``;
+* the slice's state comes as one archive per run in ``FOLDER/state/`` (or as one archive of several runs,
+  ``FOLDER/state.tar.gz``, as slices 1-6 returned it); every one is checked (each file's SHA-256) before anything
+  is stored. A run's archive is stored in ``results/table1_scl_gpu/state/`` when its files differ from the
+  committed ones (the SHA-256 of each, from the archives' manifests: packing the same tensors again gives the
+  same bytes, while the archives' own bytes differ by their packing time) or when the run has finished and only
+  the base held it; the others stay as committed. A run the slice did not return keeps its committed archive.
+  The base goes once every run in it has its own archive, or earlier, its last runs stored as their own archives
+  too, where the next slice could not carry it beside the runs' newer archives (:func:`_base_runs_to_move`);
+* the slice (date, card, seconds, exit status, the state's size and the bytes its archives added, mean GPU
+  utilisation, the seconds the GPU sat idle before training began, each run's standing) is appended to
+  ``results/table1_scl_gpu/slices.jsonl``; over :data:`ADDED_LIMIT` bytes added, a warning says so;
 * ``results/table1_scl_gpu/progress.md`` and ``table1.md`` are replaced by the slice's;
 * in ``docs/reproduction-gpu.md``, the per-slice table (between its ``slices`` markers) is rewritten from
   ``slices.jsonl``; each run's standing (between the ``standing`` markers: stage, epochs, lowest validation loss,
@@ -26,7 +39,11 @@ purpose).
 
 It ends with a line on what the next slice copies to the GPU machine (the state, the wheels, the rest of the
 repository; at most 64 MiB), a warning when that comes within 4 MiB of the limit. Then commit ``results/`` and
-``docs/``. ``--check`` only re-renders the document and the figure from what is committed.
+``docs/`` (``git add -A results/table1_scl_gpu``: the base's removal too). ``--check`` only re-renders the document
+and the figure from what is committed.
+
+On the GPU machine, ``gpu_slice.sh`` restores and packs the state with this layout (``--restore RUNS`` and
+``--pack RUNS``, with ``--results`` naming the folder that holds the state).
 """
 from __future__ import annotations
 
@@ -41,8 +58,9 @@ import statistics
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from rpm_lib.cli_parser import OneLineArgumentParser
 
@@ -52,6 +70,105 @@ DOC = REPO / "docs" / "reproduction-gpu.md"
 SLICES = RESULTS / "slices.jsonl"
 #: The figure drawn into ``RESULTS`` (see ``render``).
 FIGURE_NAME = "progress.png"
+#: The state's base layer in ``RESULTS``: one archive of every run (see the module docstring).
+BASE_NAME = "state.tar.gz"
+#: The folder of the per-run archives, in ``RESULTS`` and in a slice's returned folder.
+STATE_FOLDER = "state"
+#: What one slice's state may add to the repository, bytes: over it, recording warns (runs trained at once each
+#: add their archive; see CAMPAIGN_JOBS in gpu_slice.sh).
+ADDED_LIMIT = 15_000_000
+
+
+def run_archive_name(run: str) -> str:
+    """The file name of run ``run``'s own archive (its path in the batch folder, ``main/setup-ce__seed-0``):
+    ``main__setup-ce__seed-0.tar.gz``."""
+    return f"{run.replace('/', '__') if run != '.' else 'run'}.tar.gz"
+
+
+class StateRun(NamedTuple):
+    """One run of a state: the archive it is restored from, its status, and its files (name inside the run folder
+    -> SHA-256, from that archive's manifest). (A named tuple: tests load this script without registering it as a
+    module, which a dataclass needs.)"""
+
+    archive: Path
+    status: str
+    files: dict[str, str]
+
+
+def _run_files(manifest: dict, run: str, source: Path) -> dict[str, str]:
+    """Name inside run folder ``run`` -> SHA-256, of that run's files in an archive's ``manifest``."""
+    from rpm_lib.runs.archive_manifest import split_name
+
+    files = {}
+    for name, record in manifest["files"].items():
+        folder, inside = split_name(name, source)
+        if folder == run:
+            files[inside] = record["sha256"]
+    return files
+
+
+def _archive_runs(archive: Path) -> dict[str, StateRun]:
+    """Each run of ``archive`` (checked manifest; ``ArchiveError`` when it is not an rpm-batch pack archive)."""
+    from rpm_lib.runs import archive as run_archive
+
+    manifest = run_archive.read_manifest(archive)
+    return {entry["path"]: StateRun(archive, str(entry.get("status")), _run_files(manifest, entry["path"], archive))
+            for entry in manifest["runs"]}
+
+
+def state_archives(results: Path) -> list[Path]:
+    """The archives of the state in ``results``: the base (where it still is), then the per-run ones."""
+    base = results / BASE_NAME
+    return ([base] if base.is_file() else []) + sorted((results / STATE_FOLDER).glob("*.tar.gz"))
+
+
+def committed_state(results: Path) -> dict[str, StateRun]:
+    """Every run of the state in ``results`` and where it comes from: its own archive in ``state/``, else the base.
+
+    The one reading of the layout: restoring (:func:`restore_state`), rendering and recording all go through it.
+
+    Raises:
+        ArchiveError: an archive that is not an rpm-batch pack archive, or two per-run archives of one run.
+    """
+    from rpm_lib.runs import archive as run_archive
+
+    base = results / BASE_NAME
+    runs: dict[str, StateRun] = {}
+    for archive in state_archives(results):  # the base first
+        for run, held in _archive_runs(archive).items():
+            if run in runs and runs[run].archive != base:
+                raise run_archive.ArchiveError(f"{archive}: holds run {run}, as {runs[run].archive} does; one "
+                                               "archive per run")
+            else:
+                runs[run] = held
+    return runs
+
+
+def restore_state(results: Path, into: Path, keep_further: bool = False,
+                  warn: Callable[[str], None] | None = None) -> dict[str, StateRun]:
+    """Unpack the state in ``results`` into ``into``, each run from the one archive :func:`committed_state` names
+    (``rpm_lib.runs.archive.unpack`` with ``overwrite``, ``keep_further`` and ``warn``); returns
+    :func:`committed_state`.
+
+    Raises:
+        ArchiveError: see :func:`committed_state` and ``unpack``.
+    """
+    from rpm_lib.runs import archive as run_archive
+
+    runs = committed_state(results)
+    by_archive: dict[Path, list[str]] = {}
+    for run, held in runs.items():
+        by_archive.setdefault(held.archive, []).append(run)
+    for archive in state_archives(results):  # the base first: a run's own archive is newer
+        if archive in by_archive:
+            run_archive.unpack(archive, into, overwrite=True, keep_further=keep_further, warn=warn,
+                               runs=by_archive[archive])
+    return runs
+
+
+def state_bytes(results: Path) -> int:
+    """The bytes of the state in ``results``: what the next slice copies to the GPU machine."""
+    return sum(archive.stat().st_size for archive in state_archives(results))
 
 
 def gpu_utilisation(path: Path) -> float | None:
@@ -142,21 +259,18 @@ def _report(path: Path, kind: type, returned: Path) -> object:
 SLICE_FIELDS = ("date", "device", "seconds", "exit_status")
 
 
-def _runs_behind(committed: Path, new_state: Path, scratch: Path) -> list[str]:
-    """The runs of the ``committed`` state archive that the unpacked ``new_state`` folder lacks or holds less of
+def _runs_behind(results: Path, new_state: Path, scratch: Path) -> list[str]:
+    """The runs of the committed state in ``results`` that the unpacked ``new_state`` folder lacks or holds less of
     (fewer steps or epochs, or unfinished where they had finished), each as one phrase."""
     from rpm_lib.runs import archive as run_archive
 
-    if not committed.is_file():
-        return []
     try:
-        run_archive.unpack(committed, scratch)
+        runs = restore_state(results, scratch)
     except run_archive.ArchiveError:
         return []  # a damaged committed state holds nothing a new one could lose
     behind = []
-    for run in run_archive.find_runs(scratch):
-        name = run.relative_to(scratch).as_posix()
-        was, now = run_archive.run_reach(run), run_archive.run_reach(new_state / name)
+    for name in sorted(runs):
+        was, now = run_archive.run_reach(scratch / name), run_archive.run_reach(new_state / name)
         if not (new_state / name).is_dir():
             behind.append(f"{name} is missing")
         elif was.beyond(now):
@@ -164,13 +278,96 @@ def _runs_behind(committed: Path, new_state: Path, scratch: Path) -> list[str]:
     return behind
 
 
+def _returned_state(archives: list[Path]) -> dict[str, StateRun]:
+    """Each run of the state a slice returned in ``archives`` and the archive holding it; ends the script in one
+    line when an archive is not one of rpm-batch pack, or two hold the same run."""
+    from rpm_lib.runs import archive as run_archive
+
+    runs: dict[str, StateRun] = {}
+    for archive in archives:
+        try:
+            held = _archive_runs(archive)
+        except run_archive.ArchiveError as error:
+            raise SystemExit(f"campaign_record: error: {' '.join(str(error).split())}; nothing recorded") from None
+        for run, state in held.items():
+            if run in runs:
+                raise SystemExit(f"campaign_record: error: {archive} and {runs[run].archive} both hold run {run}; "
+                                 "nothing recorded")
+            runs[run] = state
+    return runs
+
+
+def _to_store(returned: dict[str, StateRun], committed: dict[str, StateRun], results: Path) -> list[str]:
+    """The returned runs whose own archive is to be stored: those whose files differ from the committed ones (or
+    that are new), and finished ones that only the base holds (a finished run's archive is small, and the base goes
+    once every run in it has its own)."""
+    base = results / BASE_NAME
+    return [run for run, new in sorted(returned.items())
+            if run not in committed or committed[run].files != new.files
+            or (new.status == "finished" and committed[run].archive == base)]
+
+
+def _store(run: str, held: StateRun, unpacked: Path, results: Path) -> Path:
+    """Write run ``run``'s own archive into ``results/state/`` (atomically): the returned archive itself where it
+    holds this run alone, else packed again from its ``unpacked`` (checked) files."""
+    from rpm_lib.runs import archive as run_archive
+
+    target = results / STATE_FOLDER / run_archive_name(run)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    if len(_archive_runs(held.archive)) == 1:
+        shutil.copyfile(held.archive, partial)
+    else:
+        compact = bool(run_archive.read_manifest(held.archive).get("compact"))
+        run_archive.pack(unpacked, partial, compact=compact, runs=[run])
+    partial.replace(target)
+    return target
+
+
+def _base_runs_to_move(results: Path) -> list[str]:
+    """The runs that only the base still holds, where the next slice would carry more than :data:`CARRY_LIMIT` with
+    the base beside the runs' own archives (see :func:`carry_note`); none otherwise.
+
+    The base goes once every run in it has its own archive; until then it is carried whole, beside the newer
+    archives of its other runs. One run at a time, the last run in it (MLCL+AUG) gets its own only after the one
+    before (MLCL) has trained for slices, and base (27.7 MB), MLCL's own (9.7 MB) and the finished runs' would no
+    longer fit beside the wheels: then storing that run's unchanged archive too (one commit over
+    :data:`ADDED_LIMIT`) keeps the campaign going.
+    """
+    from rpm_lib.runs import archive as run_archive
+
+    base = results / BASE_NAME
+    try:
+        left = [run for run, held in sorted(committed_state(results).items()) if held.archive == base]
+    except run_archive.ArchiveError:
+        return []  # a damaged archive: rendering names it
+    if not left or state_bytes(results) + sum(_carried_besides_state()) <= CARRY_LIMIT:
+        return []
+    return left
+
+
+def _drop_superseded_base(results: Path) -> bool:
+    """Remove the base once every run in it has its own archive (it then restores nothing); whether it went."""
+    from rpm_lib.runs import archive as run_archive
+
+    base = results / BASE_NAME
+    try:
+        if not base.is_file() or any(held.archive == base for held in committed_state(results).values()):
+            return False
+    except run_archive.ArchiveError:
+        return False  # a damaged archive: nothing is removed without a word (rendering names it)
+    base.unlink()
+    return True
+
+
 def _record(returned: Path, reports: Path, accept_behind: bool = False) -> dict:
     if not returned.is_dir():
         raise SystemExit(f"campaign_record: error: {returned} is not a folder (a copy of the slice's CAMPAIGN_OUT)")
-    state = returned / "state.tar.gz"
-    parts = sorted(returned.glob("state.tar.gz.part[0-9][0-9]"))
-    if not state.is_file() and not parts:
-        raise SystemExit(f"campaign_record: error: {state} is missing (did the slice run?)")
+    # its state: one archive per run in state/, or (slices 1-6) one archive of every run beside the reports
+    archives = state_archives(returned)
+    if not archives:
+        raise SystemExit(f"campaign_record: error: {returned / STATE_FOLDER} holds no run archive (did the slice "
+                         "run?); nothing recorded")
     for name in ("slice.json", "progress.json"):
         if not (reports / name).is_file():
             raise SystemExit(f"campaign_record: error: {name} is missing from {returned / 'slice.tar.gz'} and "
@@ -186,26 +383,19 @@ def _record(returned: Path, reports: Path, accept_behind: bool = False) -> dict:
         raise SystemExit(f"campaign_record: error: {returned} holds the slice that began at {info['started']} "
                          f"({info['date']}, {info['device']}), already recorded as slice {again['slice']}; "
                          "nothing recorded")
-    with tempfile.TemporaryDirectory() as folder:
-        joined = Path(folder) / "state.tar.gz"
-        if parts:  # a state over 16 MiB came back in parts
-            with joined.open("wb") as whole:
-                for part in parts:
-                    with part.open("rb") as piece:
-                        shutil.copyfileobj(piece, whole)
-        else:
-            shutil.copyfile(state, joined)
-        # The committed state is the campaign's only copy of its finished epochs: replace it only with one that
-        # unpacks (every file checked against its SHA-256).
-        from rpm_lib.runs import archive as run_archive
+    new = _returned_state(archives)
+    from rpm_lib.runs import archive as run_archive
 
-        try:
-            run_archive.unpack(joined, Path(folder) / "check")
-        except run_archive.ArchiveError as error:
-            source = parts[0].parent / "state.tar.gz.part*" if parts else state
-            reason = " ".join(str(error).replace(f"{joined}: ", "").split())  # the joined copy is ours, not theirs
-            raise SystemExit(f"campaign_record: error: {source}: {reason}; nothing recorded") from None
-        behind = _runs_behind(RESULTS / "state.tar.gz", Path(folder) / "check", Path(folder) / "committed")
+    with tempfile.TemporaryDirectory() as folder:
+        # The committed state is the campaign's only copy of its finished epochs: replace a run's archive only with
+        # one that unpacks (every file checked against its SHA-256).
+        check = Path(folder) / "check"
+        for archive in sorted({held.archive for held in new.values()}):
+            try:
+                run_archive.unpack(archive, check)
+            except run_archive.ArchiveError as error:
+                raise SystemExit(f"campaign_record: error: {' '.join(str(error).split())}; nothing recorded") from None
+        behind = _runs_behind(RESULTS, check, Path(folder) / "committed")
         if behind and not accept_behind:
             raise SystemExit(f"campaign_record: error: {returned}'s state would lose work that the committed state "
                              f"holds ({'; '.join(behind)}): an older slice's files? (a run restarted on purpose: "
@@ -213,10 +403,20 @@ def _record(returned: Path, reports: Path, accept_behind: bool = False) -> dict:
         if behind:
             print(f"campaign_record: warning: recorded although it holds less than the committed state: "
                   f"{'; '.join(behind)}", file=sys.stderr)
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        stored = RESULTS / "state.tar.gz"
-        shutil.copyfile(joined, stored)
-    entry = {"slice": len(previous) + 1, **info, "state_bytes": stored.stat().st_size,
+        try:
+            committed = committed_state(RESULTS)
+        except run_archive.ArchiveError:
+            committed = {}  # damaged: every returned run is stored, and replaces it
+        stored = [_store(run, new[run], check, RESULTS) for run in _to_store(new, committed, RESULTS)]
+        moved = [run for run in _base_runs_to_move(RESULTS) if run in new]
+        if moved:
+            print(f"campaign_record: with {BASE_NAME} beside the runs' own archives, the next slice would carry more "
+                  f"than the {CARRY_LIMIT / 2**20:.0f} MiB it may: the runs only it held ({', '.join(moved)}) are "
+                  "stored as their own archives, and it goes")
+            stored += [_store(run, new[run], check, RESULTS) for run in moved]
+    dropped = _drop_superseded_base(RESULTS)
+    entry = {"slice": len(previous) + 1, **info, "state_bytes": state_bytes(RESULTS),
+             "state_bytes_added": sum(path.stat().st_size for path in stored),
              "gpu_utilisation_percent": gpu_utilisation(reports / "gpu_util.csv"),
              "idle_before_training_seconds": idle_before_training(reports / "gpu_util.csv"), "runs": runs,
              "rpms_per_second": aggregate_rate(previous[-1]["runs"] if previous else [], runs, info["seconds"])}
@@ -225,7 +425,22 @@ def _record(returned: Path, reports: Path, accept_behind: bool = False) -> dict:
             shutil.copyfile(reports / name, RESULTS / name)
     with SLICES.open("a") as handle:
         handle.write(json.dumps(entry) + "\n")
+    print(f"campaign_record: slice {entry['slice']} on {entry['device']} ({returned}): state "
+          f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
+    print(added_note(entry["slice"], [path.name for path in stored], entry["state_bytes_added"], dropped))
     return entry
+
+
+def added_note(slice_number: int, stored: list[str], added: int, base_dropped: bool = False) -> str:
+    """One line on what recording slice ``slice_number`` adds to the repository: the per-run archives ``stored``
+    (``added`` bytes in all), and whether the base went; a warning over :data:`ADDED_LIMIT`."""
+    what = f"{', '.join(stored)}" if stored else "no archive: no run's state changed"
+    gone = f"; {BASE_NAME} removed (every run has its own archive)" if base_dropped else ""
+    line = f"slice {slice_number} adds {added / 1e6:.1f} MB to the repository ({what}){gone}"
+    if added > ADDED_LIMIT:
+        return (f"campaign_record: warning: {line}: over the {ADDED_LIMIT / 1e6:.0f} MB a commit should add; train "
+                "fewer runs at once (CAMPAIGN_JOBS=1) so that fewer unfinished runs change per slice")
+    return f"campaign_record: {line}"
 
 
 def aggregate_rate(before: list[dict], after: list[dict], seconds: float) -> float | None:
@@ -256,9 +471,9 @@ def _run_cell(run: dict, trained_now: bool, slice_started: float | None = None) 
 
 
 def slices_markdown(entries: list[dict]) -> str:
-    lines = ["| slice | date | card | seconds | idle at start s | after the batch s | exit | state MB | GPU util % | "
-             "RPMs/s, all runs | runs (epochs per stage, best val %, seconds to the first step) |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| slice | date | card | seconds | idle at start s | after the batch s | exit | state MB | added MB | "
+             "GPU util % | RPMs/s, all runs | runs (epochs per stage, best val %, seconds to the first step) |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     slices_before: dict[str, int] = {}
     for e in entries:
         runs = "; ".join(_run_cell(run, run.get("slices", 0) > slices_before.get(run["run"], 0), e.get("started"))
@@ -270,8 +485,10 @@ def slices_markdown(entries: list[dict]) -> str:
         # packing the state and writing the reports (slice.json phases_s, recorded since slice 6)
         ended = (e.get("phases_s") or {}).get("batch_ended")
         after = "" if ended is None else f"{e['seconds'] - ended:.0f}"
+        # the bytes its per-run archives added to the repository (recorded since the state has one archive per run)
+        added = "" if e.get("state_bytes_added") is None else f"{e['state_bytes_added'] / 1e6:.1f}"
         lines.append(f"| {e['slice']} | {e['date']} | {e['device']} | {e['seconds']:.0f} | {idle} | {after} | "
-                     f"{e['exit_status']} | {e['state_bytes'] / 1e6:.1f} | {util} | {rate} | {runs} |")
+                     f"{e['exit_status']} | {e['state_bytes'] / 1e6:.1f} | {added} | {util} | {rate} | {runs} |")
     return "\n".join(lines)
 
 
@@ -282,15 +499,13 @@ def _slice_entries() -> list[dict]:
 
 @contextlib.contextmanager
 def _unpacked_state() -> Iterator[Path | None]:
-    """The committed state unpacked into a temporary folder for the renderings (None before the first slice)."""
-    from rpm_lib.runs import archive as run_archive
-
-    state = RESULTS / "state.tar.gz"
-    if not state.is_file():
+    """The committed state (:func:`restore_state`) unpacked into a temporary folder for the renderings (None before
+    the first slice)."""
+    if not state_archives(RESULTS):
         yield None
         return
     with tempfile.TemporaryDirectory() as folder:
-        run_archive.unpack(state, Path(folder))
+        restore_state(RESULTS, Path(folder))
         yield Path(folder)
 
 
@@ -407,9 +622,9 @@ def _carried_besides_state() -> tuple[int, int]:
     import subprocess
 
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True).stdout
-    state = (RESULTS / "state.tar.gz").resolve()
+    state = {archive.resolve() for archive in state_archives(RESULTS)}
     other = sum((REPO / name).stat().st_size for name in listed.split("\0")
-                if name and (REPO / name).is_file() and (REPO / name).resolve() != state)
+                if name and (REPO / name).is_file() and (REPO / name).resolve() not in state)
     return _tree_bytes(REPO / ".gpu"), other
 
 
@@ -424,6 +639,53 @@ def _started(returned: Path) -> float:
             return float("-inf")
 
 
+def pack_state(runs_folder: Path, results: Path) -> list[Path]:
+    """Pack each run of the batch folder ``runs_folder`` into its own archive in ``results/state/`` (compact:
+    the Adam moments in bfloat16), printing each; returns the archives. None where no run has begun (no folder, or
+    none with something to resume): the budget ran out before, and the state stays as it came.
+
+    Raises:
+        ArchiveError: see ``rpm_lib.runs.archive.pack``.
+    """
+    from rpm_lib.runs import archive as run_archive
+
+    runs = run_archive.find_runs(runs_folder) if runs_folder.is_dir() else []
+    if not runs:
+        print(f"campaign_record: no run has begun yet in {runs_folder}; nothing to pack")
+    written = []
+    for run_dir in runs:
+        run = run_dir.relative_to(runs_folder).as_posix()
+        out = results / STATE_FOLDER / run_archive_name(run)
+        packed = run_archive.pack(runs_folder, out, compact=True, runs=[run])
+        print(f"campaign_record: {out.name} {out.stat().st_size / 1e6:.2f} MB")
+        print("\n".join(run_archive.describe(packed)))
+        written.append(out)
+    return written
+
+
+def _slice_state(restore: Path | None, pack: Path | None, results: Path) -> int:
+    """``--restore RUNS`` or ``--pack RUNS`` (see :func:`main`); 2 with one line on stderr when an archive or a run
+    folder is refused."""
+    from rpm_lib.runs import archive as run_archive
+
+    try:
+        if restore is not None:
+            if not state_archives(results):
+                print(f"campaign_record: no state in {results}: every run starts from the beginning")
+                return 0
+            runs = restore_state(results, restore, keep_further=True,
+                                 warn=lambda line: print(f"campaign_record: note: {line}", file=sys.stderr))
+            archives = sorted({held.archive.name for held in runs.values()})
+            print(f"campaign_record: {len(runs)} run(s) restored into {restore} from {', '.join(archives)} in "
+                  f"{results}")
+        else:
+            pack_state(pack, results)
+    except run_archive.ArchiveError as error:
+        print(f"campaign_record: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineArgumentParser(description=__doc__.split("\n\n")[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -435,16 +697,37 @@ def main(argv: list[str] | None = None) -> int:
                              "purpose), with a warning, instead of refusing it")
     parser.add_argument("--check", action="store_true",
                         help="only re-render docs/reproduction-gpu.md and results/table1_scl_gpu/progress.png")
+    parser.add_argument("--restore", type=Path, metavar="RUNS",
+                        help="(on the GPU machine, by gpu_slice.sh) unpack the state into the batch folder RUNS, each "
+                             "run from its own archive, else from the base; a run there that has gone further is "
+                             "kept (rpm-batch unpack --keep-further)")
+    parser.add_argument("--pack", type=Path, metavar="RUNS",
+                        help="(on the GPU machine, by gpu_slice.sh) pack each run of the batch folder RUNS into its "
+                             "own archive in the state's state/ folder (rpm-batch pack --compact --run)")
+    parser.add_argument("--results", type=Path, metavar="DIR",
+                        help="with --restore or --pack: the folder holding the state (default "
+                             "results/table1_scl_gpu)")
     args = parser.parse_args(argv)
+    chosen = [flag for flag, given in (("--check", args.check), ("--restore", args.restore is not None),
+                                       ("--pack", args.pack is not None), ("FOLDER", bool(args.folders))) if given]
+    if len(chosen) > 1:
+        parser.error(f"{' and '.join(chosen)} do not go together")
+    if args.results is not None and not (args.restore or args.pack):
+        parser.error("--results goes with --restore or --pack")
+    if args.restore is not None or args.pack is not None:
+        return _slice_state(args.restore, args.pack, args.results or RESULTS)
     if not args.check:
         if not args.folders:
             parser.error("give the folder of the slice's files (or --check)")
         for returned in sorted(args.folders, key=_started):
             entry = record(returned, args.accept_behind)
-            print(f"campaign_record: slice {entry['slice']} on {entry['device']} ({returned}): state "
-                  f"{entry['state_bytes'] / 1e6:.1f} MB, exit {entry['exit_status']}")
         print(carry_note(entry["state_bytes"], *_carried_besides_state()))
-    render()
+    from rpm_lib.runs import archive as run_archive
+
+    try:
+        render()
+    except run_archive.ArchiveError as error:
+        raise SystemExit(f"campaign_record: error: the committed state: {' '.join(str(error).split())}") from None
     print(f"campaign_record: {DOC} and {RESULTS / FIGURE_NAME} rewritten")
     return 0
 
