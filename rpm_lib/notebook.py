@@ -1,5 +1,6 @@
 """What notebooks share beyond figures: showing and saving figures and tables into ``output_dir``, paths
-relative to the project, percent formatting, and loading (or generating) the data a notebook explores.
+relative to the project, percent formatting, loading (or generating) the data a notebook explores, and the
+reports that set a run's or a shipped model's accuracies beside their references (a table and its bar chart).
 
 Notebooks are thin drivers: a typed ``parameters`` cell, then calls into this module, :mod:`rpm_lib.viz` and
 the library; :func:`show` saves a PNG when ``output_dir`` is set, displays the figure and closes it.
@@ -293,3 +294,66 @@ def _did_you_mean(name: str, known: Sequence[str]) -> str:
 
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Shipped models
+# ----------------------------------------------------------------------------------------------
+
+
+def pretrained_summary(entry: Any) -> tuple[list[str], list[list[str]]]:
+    """A shipped model's registry entry (``rpm_lib.pretrained.PretrainedModel``) as a two-column table: what it is,
+    the data it was trained on, what trained it and what it scored."""
+    regime = entry.data.get("regime", {})
+    # the generator's split proportions are in tenths (train, val, test)
+    parts = [regime.get(k) for k in ("train", "val", "test")]
+    split = "/".join(str(10 * p) for p in parts) + " % train/val/test" if None not in parts else "split unknown"
+    rows = [
+        ["model", f"{entry.encoder} · {entry.setup_label} ({entry.protocol}), {entry.parameters:,} parameters"],
+        ["panels", f"{entry.image_size} × {entry.image_size} px"],
+        ["training data", f"{entry.data.get('generator')}: {regime.get('regime')}, {regime.get('mode')} mode, seed "
+                          f"{regime.get('seed')}, {entry.data.get('num_problems')} problems "
+                          f"({entry.data.get('num_per_config')} per configuration; {split})"],
+        ["epochs", ", ".join(f"{stage} {n}" for stage, n in entry.epochs.items())],
+        ["trained on", entry.device],
+        ["recorded val accuracy", f"{format_percent(100 * entry.val_accuracy)} %"],
+        ["recorded test accuracy",
+         f"{format_percent(100 * entry.test_accuracy)} % ({entry.test_num_samples} problems)"],
+        ["weights", f"{entry.file} ({entry.bytes / 1e6:.2f} MB, SHA-256 {entry.sha256[:12]}…)"],
+        ["trained by", f"`{entry.command}`"],
+    ]
+    return ["field", "value"], rows
+
+
+def pretrained_accuracy_report(rows: Sequence[dict[str, Any]], output_dir: str | Path | None = None,
+                               name: str = "fresh_accuracy", title: str | None = None) -> None:
+    """Show ``accuracy_rows`` of a shipped model as a Markdown table and as ``rpm_lib.viz.evaluation.plot_accuracy_intervals`` (both
+    saved into ``output_dir`` as ``<name>.csv/.md/.png``)."""
+    from IPython.display import Markdown, display
+
+    from rpm_lib.pretrained.evaluate import ACCURACY_COLUMNS, CONFIDENCE, format_rows
+    from rpm_lib.viz.evaluation import plot_accuracy_intervals
+
+    lines = format_rows(rows, ACCURACY_COLUMNS)
+    save_table([title for _, title in ACCURACY_COLUMNS], [_table_cells(line) for line in lines[2:]], output_dir, name)
+    display(Markdown("\n".join(lines)))
+    show(plot_accuracy_intervals(rows, title, CONFIDENCE), output_dir, name)
+
+
+def pretrained_regime_report(rows: Sequence[dict[str, Any]], output_dir: str | Path | None = None,
+                             name: str = "regimes") -> None:
+    """Show ``regime_rows`` of a shipped model as a Markdown table (saved into ``output_dir`` as
+    ``<name>.csv/.md``), with why each split is in or out of the training distribution."""
+    from IPython.display import Markdown, display
+
+    from rpm_lib.pretrained.evaluate import REGIME_COLUMNS, format_rows
+
+    columns = (*REGIME_COLUMNS, ("why", "why"))
+    lines = format_rows(rows, columns)
+    save_table([title for _, title in columns], [_table_cells(line) for line in lines[2:]], output_dir, name)
+    display(Markdown("\n".join(lines)))
+
+
+def _table_cells(line: str) -> list[str]:
+    """The cells of one Markdown table row ``| a | b |``."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]

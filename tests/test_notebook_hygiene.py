@@ -47,7 +47,7 @@ def _assigned_names(source: str) -> dict[str, ast.AnnAssign | ast.Assign]:
 
 
 def test_there_are_six_templates_and_three_regression_notebooks():
-    assert [p.stem[:2] for p in TEMPLATES] == ["01", "02", "03", "04", "05", "06", "07", "08"]
+    assert [p.stem[:2] for p in TEMPLATES] == ["01", "02", "03", "04", "05", "06", "07", "08", "09"]
     assert len(REGRESSION) >= 3
 
 

@@ -5,7 +5,8 @@
   and ``notebooks`` is in ``norecursedirs``), sanitised with ``tests/notebooks/sanitize.cfg``.
 * ``test_template_runs_headless`` executes each template with tiny parameters (``interactive=False``) into
   ``tmp_path`` and checks what it wrote. ``03_train`` is executed by a 2-run ``rpm-batch`` (which also checks
-  the runner with the real template); 04 / 05 / 06 read that batch.
+  the runner with the real template); 04 / 05 / 06 read that batch; 09 reads a tiny model added to a registry of
+  its own.
 """
 from __future__ import annotations
 
@@ -225,7 +226,48 @@ def test_08_generalisation(tmp_path, tiny_batch):
     assert "Test split out of distribution in: 2x2Grid, 3x3Grid, O-IG" in outputs
 
 
+def tiny_pretrained_registry(root: Path) -> Path:
+    """``root/zoo/models.json``: a registry of one model, ``tiny`` (SCL · CE+AUX-sparse, so with a rule head; 24 px,
+    two training steps on 10 generated problems per configuration, a few seconds), added as ``rpm-pretrained add``
+    adds a shipped one."""
+    from rpm_lib.pretrained.cli import main
+    from rpm_lib.training import TrainConfig, train
+
+    config = TrainConfig(run_dir=str(root / "run"), data_root=str(root / "data"), generate=True,
+                         generate_num_per_config=10, generate_seed=3, image_size=24, setup="ce_aux_sparse",
+                         encoder="scl", batch_size=2, max_epochs=1, max_steps=2, progress_bar=False,
+                         limit_val_batches=1, max_val_samples=2, max_test_samples=14, accelerator="cpu", num_workers=0)
+    train(config)
+    registry = root / "zoo" / "models.json"
+    assert main(["--registry", str(registry), "add", str(root / "run"), "--name", "tiny", "--command", "pytest"]) == 0
+    return registry
+
+
+@pytest.fixture(scope="module")
+def tiny_registry(tmp_path_factory) -> Path:
+    return tiny_pretrained_registry(tmp_path_factory.mktemp("pretrained"))
+
+
+def test_09_pretrained(tmp_path, tiny_registry):
+    nb = _execute("09_pretrained.ipynb", tmp_path, model_name="tiny", registry=str(tiny_registry), num_per_config=10,
+                  regimes=["I-RAVEN", "A/Color"], regime_num_per_config=10, problem_index=1, embedding_problems=40,
+                  data_dir=str(tmp_path / "data"), interactive=False)
+    text = _stream_text(nb)
+    assert "tiny on 70 fresh I-RAVEN problems (seed 20261128; trained on seed 3)" in text
+    assert "problem 2 of 14: " in text and "40 problems (all configurations), embeddings of " in text
+    figures = tmp_path / "figures"
+    assert {"model.md", "fresh_accuracy.png", "fresh_accuracy.csv", "regimes.md", "problem.png", "neighbours.csv",
+            "embedding_tsne.png"} <= {p.name for p in figures.iterdir()}
+    fresh = (figures / "fresh_accuracy.csv").read_text().splitlines()
+    assert len(fresh) == 1 + 7 + 1 and fresh[-1].startswith("All,70,")
+    regimes = (figures / "regimes.md").read_text()
+    assert regimes.count("| A/Color |") == 2 and "out-of-distribution" in regimes and "in-distribution" in regimes
+    outputs = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "| recorded test accuracy |" in outputs
+    assert (tmp_path / "data" / "I-RAVEN" / "manifest.json").is_file()  # kept in data_dir
+
+
 def test_every_template_has_a_test():
     tested = {"01_explore_dataset", "02_augmentations", "03_train", "04_evaluate", "05_rule_predictions",
-              "06_results_table", "07_reproduction_cpu", "08_generalisation"}
+              "06_results_table", "07_reproduction_cpu", "08_generalisation", "09_pretrained"}
     assert {p.stem for p in TEMPLATES.glob("*.ipynb")} == tested

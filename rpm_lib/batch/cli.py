@@ -129,7 +129,8 @@ def build_state_parser() -> argparse.ArgumentParser:
     pack.add_argument("--out", required=True,
                       help="archive to write (.tar.gz); replaces an archive written by pack, never another file")
     pack.add_argument("--keep-final-weights", action="store_true",
-                      help="also keep finished runs' final weights (resuming never needs them)")
+                      help="also keep finished runs' final weights in full precision (their bfloat16 final_weights.pt "
+                      "always travels; resuming needs neither)")
     pack.add_argument("--compact", action="store_true",
                       help="store unfinished runs' Adam moments in bfloat16 (12 instead of 16 bytes per parameter; "
                            "resuming is then not bit-exact: for GPU runs, which are not bit-exact anyway)")

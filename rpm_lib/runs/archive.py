@@ -12,8 +12,9 @@ resumes from that ``last.ckpt`` like any other. What it contributes (everything
 else -- executed notebooks, figures, logs -- stays behind):
 
 * always: ``config.yaml``, ``progress.json``, ``history.csv``, ``run.json`` (rpm-batch's record of the run);
-* a finished run (``metrics.json``): ``metrics.json`` and ``predictions*.npz``; its final weights only with
-  ``keep_final_weights`` (resuming never needs them);
+* a finished run (``metrics.json``): ``metrics.json``, ``predictions*.npz`` and ``final_weights.pt`` (the weights
+  its test scored, in bfloat16: ``rpm_lib.training.final_weights``); its full-precision final checkpoint only with
+  ``keep_final_weights`` (resuming never needs it);
 * an unfinished run: each finished stage's chosen weights, and of the stage in progress (the one
   ``progress.json`` marks unfinished, or a killed run's stage that it has no entry for yet) its ``last.ckpt``
   (weights, optimiser, loop and callback state: the exact resume point) and its ``best.ckpt`` -- the latter two

@@ -10,6 +10,7 @@ module               what
 ``rule_predictions`` true vs predicted rule vectors, per-rule F1, rule sets compared in words
 ``augmentations``    what each transform of a recipe does to one RPM
 ``regimes``          generalisation regimes: rule mix per split kind, accuracy in vs out of distribution
+``embeddings``       a trained model's embedding space (t-SNE by rule), its answer and rules for one problem
 ==================== =============================================================================
 
 Every ``plot_*`` function takes plain arrays / mappings and returns a ``matplotlib.figure.Figure`` of fixed
@@ -65,6 +66,19 @@ from rpm_lib.viz.regimes import (  # noqa: F401
     plot_rule_mix,
     plot_in_vs_out,
 )
+from rpm_lib.viz.embeddings import (  # noqa: F401
+    Agreement,
+    ProblemEmbeddings,
+    ProblemPrediction,
+    correct_completion_embeddings,
+    folder_embeddings,
+    neighbour_agreement,
+    plot_embedding_projection,
+    predict_problem,
+    project_tsne,
+    rule_relations,
+    select_problems,
+)
 from rpm_lib.viz.augmentations import (  # noqa: F401
     describe_applied,
     single_transform_examples,
@@ -72,24 +86,31 @@ from rpm_lib.viz.augmentations import (  # noqa: F401
 )
 
 __all__ = [
+    "Agreement",
     "CHANCE_PERCENT",
     "CORRECT_COLOR",
     "GalleryItem",
+    "ProblemEmbeddings",
+    "ProblemPrediction",
     "WRONG_COLOR",
     "answer_position_counts",
     "compare_rules",
     "confusion_matrix",
+    "correct_completion_embeddings",
     "dataset_rule_lines",
     "dataset_summary",
     "describe_applied",
     "describe_problem_rules",
     "describe_rules",
+    "folder_embeddings",
     "history_x",
     "indices_by_configuration",
+    "neighbour_agreement",
     "plot_ablation",
     "plot_accuracy_bars",
     "plot_answer_positions",
     "plot_confusion",
+    "plot_embedding_projection",
     "plot_gallery",
     "plot_history",
     "plot_matrices",
@@ -102,10 +123,14 @@ __all__ = [
     "rule_comparison_lines",
     "plot_setup_accuracies",
     "plot_table1_comparison",
+    "predict_problem",
+    "project_tsne",
     "recipe_examples",
     "rpm_figure",
     "rpm_gallery",
     "rule_frequencies",
+    "rule_relations",
+    "select_problems",
     "sigmoid",
     "single_transform_examples",
     "solved_matrix",

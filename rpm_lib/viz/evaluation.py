@@ -167,3 +167,34 @@ def plot_setup_accuracies(rows: Sequence[Any], seed_values: Mapping[str, Sequenc
     ax.set_title(title or "test accuracy per setup (bars: mean ± std over seeds; dots: seeds)", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_accuracy_intervals(rows: Sequence[dict[str, Any]], title: str | None = None,
+                            confidence: float = 0.99) -> Figure:
+    """Accuracy per configuration on fresh problems with its interval, the recorded test accuracy marked.
+
+    Args:
+        rows: ``rpm_lib.pretrained.evaluate.accuracy_rows``: ``configuration``, ``accuracy``, ``low``, ``high``
+            (fractions) and ``recorded`` (a fraction, or None) per configuration, ``All`` last.
+        confidence: of the intervals, for the legend.
+    Returns:
+        One axes: a bar per row (``All`` darker), error bars from ``low`` to ``high``, a black diamond at the
+        recorded accuracy, chance dashed; accuracies in percent.
+    """
+    names = [row["configuration"] for row in rows]
+    x = list(range(len(rows)))
+    accuracy = [100 * row["accuracy"] for row in rows]
+    below = [100 * (row["accuracy"] - row["low"]) for row in rows]
+    above = [100 * (row["high"] - row["accuracy"]) for row in rows]
+    fig, ax = plt.subplots(figsize=(8.5, 3.6))
+    colours = ["#1f4e79" if name == "All" else "#6baed6" for name in names]
+    bars = ax.bar(x, accuracy, 0.6, color=colours, yerr=[below, above], capsize=3, ecolor="#333333",
+                  label=f"fresh problems ({confidence:.0%} interval)")
+    ax.bar_label(bars, fmt="%.1f", fontsize=7, label_type="center", color="white")
+    recorded = [(i, 100 * row["recorded"]) for i, row in zip(x, rows) if row.get("recorded") is not None]
+    if recorded:
+        ax.scatter([i for i, _ in recorded], [v for _, v in recorded], marker="D", s=28, color="black", zorder=3,
+                   label="recorded test accuracy")
+    ax.axhline(CHANCE_PERCENT, color="grey", ls="--", lw=1, label="chance")
+    finish_accuracy_bars(fig, ax, x, names, title)
+    return fig

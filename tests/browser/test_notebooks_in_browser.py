@@ -281,3 +281,29 @@ def test_05_runs_and_its_problem_slider_shows_the_problem_beside_its_rules(tmp_p
         _assert_same_image(area, lambda: viz.rpm_figure(dataset, int(p["index"][i]), predicted=int(p["predicted"][i]),
                                                         rule_lines=lines, rules_heading="Rules, true vs predicted"),
                            tmp_path / "05-problem-2")
+
+
+def test_09_runs_and_its_problem_slider_shows_the_model_s_answer_and_rules(tmp_path: Path, browser_page) -> None:
+    from test_notebooks import tiny_pretrained_registry
+
+    from rpm_lib import viz
+    from rpm_lib.pretrained import load_pretrained
+    from rpm_lib.training.datamodule import make_dataset
+
+    registry = tiny_pretrained_registry(tmp_path / "model")
+    parameters = {"model_name": "tiny", "registry": str(registry), "num_per_config": 10, "regimes": ["A/Color"],
+                  "regime_num_per_config": 10, "embedding_problems": 40, "data_dir": str(tmp_path / "data")}
+    page = browser_page
+    with _notebook_in_lab(page, tmp_path, "09_pretrained.ipynb", "09", parameters) as (area, slider):
+        _redraw(page, area, lambda: _move_slider(page, slider))
+        # The fresh test problems the notebook generated, read as it reads them; the model's answer and rules.
+        model = load_pretrained("tiny", registry=registry)
+        test_set = make_dataset(model.config, "test", root=tmp_path / "data" / "I-RAVEN")
+        prediction = viz.predict_problem(model, test_set, 1)
+        text = area.inner_text()
+        assert f"problem 2 of {len(test_set)}: {prediction.summary}" in text
+        assert prediction.rule_lines  # a rule head: its rules are drawn beside the problem
+        _assert_same_image(area, lambda: viz.rpm_figure(test_set, 1, predicted=prediction.chosen,
+                                                        rule_lines=prediction.rule_lines,
+                                                        rules_heading="Rules, true vs predicted"),
+                           tmp_path / "09-problem-2")
