@@ -9,6 +9,10 @@ Refused, each with one line naming the field: text that is not valid YAML (``[a,
 (``!foo bar``, ``!!python/name:os.system``), unless the field takes a ``str`` (then the text itself is the value);
 and a non-finite number (``nan``, ``inf``, ``1e999``) for a ``float``, unless the caller passes
 ``allow_non_finite=True`` to :func:`coerce`.
+
+YAML from files and text is read without aliases (``*name``: a 2 KB "billion laughs" expands to gigabytes), at
+most :data:`MAX_YAML_DEPTH` deep and :data:`MAX_YAML_CHARS` long; messages echo values only through
+``rpm_lib.json_files.shown_value`` / ``printable`` (at most 80 characters, control characters escaped).
 """
 from __future__ import annotations
 
@@ -18,6 +22,13 @@ import typing
 from typing import Any, Union
 
 import yaml
+
+from rpm_lib.json_files import printable, shown_value
+
+#: Deepest nesting of YAML collections read (PyYAML composes nodes recursively; configs nest a few levels).
+MAX_YAML_DEPTH = 100
+#: Longest YAML text read (a run's config or a batch file is KBs).
+MAX_YAML_CHARS = 16 << 20
 
 
 class RawValue:
@@ -41,14 +52,50 @@ class RawValue:
 def from_text(raw: str) -> RawValue:
     """``raw`` parsed as YAML (``"[Center, L-R]"`` -> a list, ``"null"`` -> None), the text kept beside it."""
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _load(raw, _BoundedLoader) if raw.strip() else ""
     except yaml.YAMLError as error:
         return RawValue(raw, raw, yaml_problem(error))
     return RawValue(raw, value)
 
 
-class _NoDuplicateKeys(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that names a key twice (PyYAML keeps the last one silently)."""
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing an alias (``*name``: the same node again, so a few of them nested expand a
+    small text into gigabytes, a "billion laughs") and collections nested deeper than :data:`MAX_YAML_DEPTH`."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, _ALIASES_REFUSED, event.start_mark)
+        if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+            if self._depth >= MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)
+
+
+_ALIASES_REFUSED = "YAML aliases (*name) are not accepted"
+
+
+def _load(text: str, loader: type[yaml.SafeLoader]) -> Any:
+    """``text`` read with ``loader``; too long a text is a ``yaml.YAMLError``, as is one nested so deep that
+    Python's recursion limit is reached first."""
+    if len(text) > MAX_YAML_CHARS:
+        raise yaml.YAMLError(f"longer than {MAX_YAML_CHARS} characters")
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise yaml.YAMLError("nested too deep to read") from None
+
+
+class _NoDuplicateKeys(_BoundedLoader):
+    """The bounded safe loader, refusing a mapping that names a key twice (PyYAML keeps the last one silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -56,7 +103,7 @@ class _NoDuplicateKeys(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, typing.Hashable) and key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice (line {key_node.start_mark.line + 1})",
+                    None, None, f"key {shown_value(key)} appears twice (line {key_node.start_mark.line + 1})",
                     key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -67,17 +114,20 @@ _NoDuplicateKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 
 def load_yaml_file_text(text: str) -> Any:
     """A YAML file's text parsed as ``yaml.safe_load`` would, except that a key given twice in one mapping is
-    refused (``yaml.YAMLError``; :func:`yaml_problem` says it in one line) instead of silently keeping the last."""
-    return yaml.load(text, Loader=_NoDuplicateKeys)  # noqa: S506 - a SafeLoader subclass
+    refused instead of silently keeping the last, and so are aliases, nesting deeper than :data:`MAX_YAML_DEPTH`
+    and text longer than :data:`MAX_YAML_CHARS` (``yaml.YAMLError``; :func:`yaml_problem` says it in one line)."""
+    return _load(text, _NoDuplicateKeys)
 
 
 def yaml_problem(error: yaml.YAMLError) -> str:
     """One line saying why text is not YAML (PyYAML's own message spans several lines, with a caret)."""
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    problem = getattr(error, "problem", None) or (str(error).splitlines() or [type(error).__name__])[0]
     if "could not determine a constructor for the tag" in problem:
         return "YAML tags are not accepted"
+    if problem == _ALIASES_REFUSED:
+        return _ALIASES_REFUSED
     context = getattr(error, "context", None)
-    return f"not valid YAML: {context + ', ' if context else ''}{problem}"
+    return printable(f"not valid YAML: {context + ', ' if context else ''}{problem}", limit=200)
 
 
 #: The names an annotation read back from text may use (see :func:`annotation_from_text`).
@@ -139,19 +189,20 @@ def coerce(name: str, value: Any, tp: Any, what: str = "config field", error: ty
     raw: str | None = None
     if isinstance(value, RawValue):
         if value.error is not None and not _takes_str(tp):
-            raise error(f"{what} {name!r}: expected {type_name(tp)}, got {value.raw!r} ({value.error})")
+            raise error(f"{what} {shown_value(name)}: expected {type_name(tp)}, got {shown_value(value.raw)} "
+                        f"({value.error})")
         raw, value = value.raw, value.parsed
     try:
         result = _try_coerce(value, raw, tp, allow_non_finite)
     except _NonFinite:
-        shown = raw.strip() if raw is not None else repr(value)
-        raise error(f"{what} {name!r}: must be a finite number, got {shown}") from None
+        shown = printable(raw.strip()) if raw is not None else shown_value(value)
+        raise error(f"{what} {shown_value(name)}: must be a finite number, got {shown}") from None
     except _EmptyItem:
-        raise error(f"{what} {name!r}: empty item in the comma-separated list {raw!r} (remove the extra comma)") \
-            from None
+        raise error(f"{what} {shown_value(name)}: empty item in the comma-separated list {shown_value(raw)} (remove "
+                    "the extra comma)") from None
     if result is _FAIL:
-        shown = raw if raw is not None else repr(value)
-        raise error(f"{what} {name!r}: expected {type_name(tp)}, got {shown} ({type(value).__name__})")
+        shown = printable(raw) if raw is not None else shown_value(value)
+        raise error(f"{what} {shown_value(name)}: expected {type_name(tp)}, got {shown} ({type(value).__name__})")
     return result
 
 

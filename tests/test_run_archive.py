@@ -69,18 +69,22 @@ def test_compact_packs_adam_moments_in_bfloat16_and_never_rounds_weights(tmp_pat
 
 
 def _archive(path: Path, members: dict[str, bytes] | list[tuple[str, bytes]], manifest_files: dict | None = None,
-             extra: list[tarfile.TarInfo] = (), runs: list | None = None, omit: str = "") -> Path:
+             extra: list[tarfile.TarInfo] = (), runs: list | None = None, omit: str = "",
+             manifest_text: bytes | None = None, **fields: Any) -> Path:
     """A gzip tar as pack writes it (manifest first, then the members), or altered: ``manifest_files`` / ``runs``
-    replace what the members imply (runs: each first path component); ``omit`` drops a manifest field."""
+    replace what the members imply (runs: each first path component); ``omit`` drops a manifest field;
+    ``fields`` are added to the manifest; ``manifest_text`` replaces it whole."""
     members = list(members.items()) if isinstance(members, dict) else members
     files = {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in members}
     files = files if manifest_files is None else manifest_files
     folders = sorted({name.split("/")[0] if "/" in name else "." for name in files})
     manifest = {"format": run_archive.FORMAT, "version": run_archive.VERSION,
                 "runs": [{"path": f} for f in folders] if runs is None else runs, "files": files}
+    manifest.update(fields)
     manifest.pop(omit, None)
+    text = json.dumps(manifest).encode() if manifest_text is None else manifest_text
     with tarfile.open(path, "w:gz") as archive:
-        for name, data in [(run_archive.MANIFEST, json.dumps(manifest).encode()), *members]:
+        for name, data in [(run_archive.MANIFEST, text), *members]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
@@ -629,3 +633,44 @@ def test_unpack_with_chosen_runs_restores_only_those_and_refuses_one_it_lacks(tm
     assert not (tmp_path / "other").exists()
     run_archive.unpack(tmp_path / "state.tar.gz", out, runs=["main/a"])  # the other one, beside it
     assert sorted(p.name for p in (out / "main").iterdir()) == ["a", "b"]
+
+
+# ----------------------------------------------------------------------------------------------
+# hostile archives: a manifest nested 100,000 deep, control characters in what is printed
+# ----------------------------------------------------------------------------------------------
+def test_unpack_refuses_a_deeply_nested_manifest_in_one_line(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    deep = b'{"format": "rpm_lib-run-state", "version": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    source = _archive(tmp_path / "deep.tar.gz", {"r/config.yaml": b"a"}, manifest_text=deep)
+    with pytest.raises(ArchiveError) as caught:
+        run_archive.read_manifest(source)
+    assert str(caught.value) == (f"{source}: rpm_state.json: nested deeper than 200 levels; not a record this tool "
+                                 "writes; not an rpm-batch pack archive")
+    assert batch.main(["unpack", str(source), "--out", str(tmp_path / "out")]) == 2
+    assert "nested deeper than 200 levels" in _one_error_line(capsys, "unpack", source)
+    assert not (tmp_path / "out").exists()
+    source = _archive(tmp_path / "list.tar.gz", {"r/config.yaml": b"a"}, manifest_text=b"[1]")
+    with pytest.raises(ArchiveError, match="rpm_state.json: expected a JSON object, got list"):
+        run_archive.read_manifest(source)
+
+
+def test_unpack_prints_the_archive_s_created_text_escaped_and_cut(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    created = "2026-11-28T10:00:00Z\x1b[2J\x1b]0;owned\x07\r\n" + "x" * 10_000
+    source = _archive(tmp_path / "s.tar.gz", {"r/config.yaml": b"setup: mlcl\n"}, created=created)
+    shown = "2026-11-28T10:00:00Z\\x1b[2J\\x1b]0;owned\\x07\\r\\n" + "x" * 30 + "..."
+    assert run_archive.read_manifest(source)["created"] == shown and len(shown) == 80
+    assert batch.main(["unpack", str(source), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out and out.count("\n") == 1
+    assert out.endswith(f"(packed {shown})\n")
+    source = _archive(tmp_path / "n.tar.gz", {"r/config.yaml": b"a"}, created=4242)
+    assert run_archive.read_manifest(source)["created"] == "?"
+
+
+def test_unpack_refuses_a_run_folder_name_with_control_characters(tmp_path: Path) -> None:
+    source = _archive(tmp_path / "s.tar.gz", {"r\x1b[2J/config.yaml": b"a"})
+    with pytest.raises(ArchiveError) as caught:
+        run_archive.unpack(source, tmp_path / "out")
+    assert str(caught.value) == f"{source}: unsafe member name 'r\\x1b[2J/config.yaml'; refusing to unpack"
+    assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Optional, Union
 
 import pytest
@@ -55,7 +56,7 @@ def test_unreadable_text_is_still_a_str_for_a_field_that_takes_text() -> None:
 
 
 @pytest.mark.parametrize(("text", "shown"), [("nan", "nan"), (".nan", ".nan"), ("inf", "inf"), ("-.inf", "-.inf"),
-                                             ("1e999", "1e999"), ("1" + "0" * 400, "1" + "0" * 400)])
+                                             ("1e999", "1e999"), ("1" + "0" * 400, "1" + "0" * 76 + "...")])
 def test_non_finite_floats_are_refused_unless_allowed(text: str, shown: str) -> None:
     with pytest.raises(ValueError) as caught:
         typed_values.coerce("lr", typed_values.from_text(text), float)
@@ -91,3 +92,74 @@ def test_train_config_overrides_refuse_unreadable_lists_in_one_line() -> None:
     with pytest.raises(ConfigError, match=r"^config field 'encoder_kwargs': expected dict\[str, Any\], got "
                                           r"'!!python/name:os\.system' \(YAML tags are not accepted\)$"):
         TrainConfig().with_overrides(["encoder_kwargs=!!python/name:os.system"])
+
+
+# --- hostile files: YAML aliases ("billion laughs"), deep nesting, huge or control-character values ------
+
+_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+
+
+def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_expands() -> None:
+    import yaml
+
+    assert len(_LAUGHS) < 2048  # 9**9 "lol"s once expanded
+    with pytest.raises(yaml.YAMLError) as caught:
+        typed_values.load_yaml_file_text(_LAUGHS)
+    assert typed_values.yaml_problem(caught.value) == "YAML aliases (*name) are not accepted"
+    with pytest.raises(yaml.YAMLError):
+        typed_values.load_yaml_file_text("base: &b {lr: 0.1}\nrun: *b\n")
+    raw = typed_values.from_text("[&x [1, 2], *x]")
+    assert raw.error == "YAML aliases (*name) are not accepted" and raw.parsed == "[&x [1, 2], *x]"
+    assert typed_values.load_yaml_file_text("a: '&x *x'\n") == {"a": "&x *x"}  # in a string: text
+
+
+def test_a_run_config_with_an_alias_bomb_is_refused_naming_the_file(tmp_path: Path) -> None:
+    from rpm_lib.training.config import ConfigError, TrainConfig
+
+    path = tmp_path / "config.yaml"
+    path.write_text(_LAUGHS)
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig.from_yaml(path)
+    assert str(caught.value) == f"config file {path}: YAML aliases (*name) are not accepted"
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "a:\n" + "".join(" " * i + "- \n" for i in range(1, 3000)),
+                                  "x: " + "{a: " * 150 + "1" + "}" * 150])
+def test_yaml_nested_too_deep_is_refused_in_one_line(text: str) -> None:
+    import yaml
+
+    with pytest.raises(yaml.YAMLError) as caught:
+        typed_values.load_yaml_file_text(text)
+    problem = typed_values.yaml_problem(caught.value)
+    assert "\n" not in problem and problem.startswith("not valid YAML: ") and len(problem) <= 200, problem
+    import json
+
+    assert typed_values.load_yaml_file_text("x: " + "[" * 99 + "]" * 99) == {"x": json.loads("[" * 99 + "]" * 99)}
+
+
+def test_echoed_values_are_cut_and_escaped() -> None:
+    with pytest.raises(ValueError) as caught:
+        typed_values.coerce("seed", "9" * 10**6 + "x", int)
+    assert str(caught.value) == "config field 'seed': expected int, got '" + "9" * 76 + "... (str)"
+    with pytest.raises(ValueError) as caught:
+        typed_values.coerce("seed", "\x1b]0;pwned\x07" + "x" * 500, int)
+    assert str(caught.value) == ("config field 'seed': expected int, got '\\x1b]0;pwned\\x07" + "x" * 60 + "... (str)")
+    with pytest.raises(ValueError) as caught:
+        typed_values.coerce("k\x1b[2J" * 1000, list(range(10**6)), dict)
+    assert len(str(caught.value)) < 200 and "\x1b" not in str(caught.value)
+    with pytest.raises(ValueError, match=r"empty item in the comma-separated list 'a,,b'"):
+        typed_values.coerce("c", typed_values.from_text("a,,b"), list[str])
+    with pytest.raises(ValueError) as caught:
+        typed_values.coerce("c", typed_values.from_text("a,," + "b" * 1000), list[str])
+    assert len(str(caught.value)) < 200
+
+
+def test_a_repeated_key_in_yaml_is_named_cut() -> None:
+    import yaml
+
+    key = "k" * 1000  # PyYAML's longest plain key: 1024 characters
+    with pytest.raises(yaml.YAMLError) as caught:
+        typed_values.load_yaml_file_text(f"{key}: 1\n{key}: 2\n")
+    problem = typed_values.yaml_problem(caught.value)
+    assert problem == f"not valid YAML: key '{'k' * 76}... appears twice (line 2)"

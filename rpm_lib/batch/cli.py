@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from rpm_lib.batch.cell import BACKSTOP_S
-from rpm_lib.batch.config import BatchConfigError, load_batch_config
+from rpm_lib.batch.config import BatchConfigError, load_batch_config, parse_settings, shown
 from rpm_lib.batch.grid import expand_grid
 from rpm_lib.batch.prepare import run_prepare
 from rpm_lib.batch.run import STALL_MINUTES, gather_results, printer, run_batch, time_budget_problem
@@ -28,11 +28,37 @@ from rpm_lib.json_files import write_object
 from rpm_lib.run_folder import UNFINISHED_EXIT_CODE, RunStatus
 
 
+#: The most runs executed at once (``--jobs``) and DataLoader workers per run (``--workers-per-run``).
+MAX_JOBS = 4096
+MAX_WORKERS = 1024
+#: The longest ``--stall-minutes``: 30 days.
+MAX_STALL_MINUTES = 30 * 24 * 60
+
+
 def _parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set expects KEY=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {shown(text)}")
     key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except (yaml.YAMLError, ValueError):  # an unclosed '[', a number of more digits than int() takes
+        raise argparse.ArgumentTypeError(f"{shown(key.strip())}: not a YAML value (or a number too long): "
+                                         f"{shown(value)}") from None
+
+
+def _whole(text: str) -> int:
+    """A whole number in ASCII digits (argparse's int() would echo a huge string whole, or accept '١')."""
+    if not re.fullmatch(r"[+-]?\d{1,18}", text.strip(), re.ASCII):
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}")
+    return int(text)
+
+
+def _number(text: str) -> float:
+    """A number (float(); an error shows at most ~80 characters of what was given)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {shown(text)}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", nargs="?", help="batch YAML (e.g. configs/table1.yaml)")
-    parser.add_argument("--jobs", "-j", type=int, default=1, help="runs executed in parallel (default 1)")
+    parser.add_argument("--jobs", "-j", type=_whole, default=1,
+                        help=f"runs executed in parallel (default 1, at most {MAX_JOBS})")
     parser.add_argument("--dry-run", action="store_true", help="print the plan (runs, parameters, skips) and exit")
     parser.add_argument("--prepare-only", action="store_true",
                         help="run the YAML's prepare steps (make the data) and exit, e.g. before a time-limited "
@@ -69,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="KEY=VALUE", help="force a notebook parameter on every run (YAML value; repeatable)")
     parser.add_argument("--cuda-devices", help="comma-separated GPU ids assigned round-robin to runs, e.g. 0,1,2,3")
     parser.add_argument("--gather", metavar="BATCH_DIR", help="only gather results of an existing batch folder")
-    parser.add_argument("--time-budget", type=float, metavar="SECONDS",
+    parser.add_argument("--time-budget", type=_number, metavar="SECONDS",
                         help="wall-clock seconds for this call: runs stop at a step boundary before it ends, leave a "
                              "resumable state and count as unfinished (exit status 75); run again to continue. A run still "
                              f"going {BACKSTOP_S:g} s after it has ended is asked to stop at its next step")
@@ -86,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no live progress lines (one per finished epoch of each running run; the start / done "
                              "lines and the tables stay)")
-    parser.add_argument("--stall-minutes", type=float, default=STALL_MINUTES, metavar="MIN",
+    parser.add_argument("--stall-minutes", type=_number, default=STALL_MINUTES, metavar="MIN",
                         help="report a running run whose folder has not changed for MIN minutes as 'no progress' "
                              f"(it is not stopped; default {STALL_MINUTES:g})")
     parser.add_argument("--cuda-mps", action="store_true",
@@ -104,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _workers(text: str) -> int | str:
     if text == "auto":
         return text
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a count or 'auto', got {text!r}")
+    if not re.fullmatch(r"\d{1,9}", text, re.ASCII) or int(text) > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"expected a count from 0 to {MAX_WORKERS} or 'auto', got {shown(text)}")
     return int(text)
 
 
@@ -260,8 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs > MAX_JOBS:
+        parser.error(f"--jobs must be at most {MAX_JOBS}, got {args.jobs}")
     if not args.stall_minutes > 0:
         parser.error(f"--stall-minutes must be a positive number of minutes, got {args.stall_minutes:g}")
+    if not args.stall_minutes <= MAX_STALL_MINUTES:
+        parser.error(f"--stall-minutes must be at most {MAX_STALL_MINUTES} (30 days), got {args.stall_minutes:g}")
     if (problem := time_budget_problem(args.time_budget)) is not None:
         parser.error(problem)  # before the YAML is read, like the other arguments
     if args.gather:
@@ -279,18 +310,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if not args.config:
         parser.error("a batch YAML is required (or --gather BATCH_DIR)")
-    devices = [d.strip() for d in args.cuda_devices.split(",")] if args.cuda_devices else None
+    devices = [d.strip() for d in args.cuda_devices.split(",")] if args.cuda_devices is not None else None
+    if devices is not None and not args.cuda_devices.strip():  # '' (an unset shell variable): was ignored
+        parser.error(f"--cuda-devices: empty list {shown(args.cuda_devices)}; give GPU ids, e.g. 0,1,2,3")
     if devices is not None and not all(devices):
-        parser.error(f"--cuda-devices: an empty GPU id in {args.cuda_devices!r} (e.g. 0,1,2,3)")
+        parser.error(f"--cuda-devices: an empty GPU id in {shown(args.cuda_devices)} (e.g. 0,1,2,3)")
     # CUDA_VISIBLE_DEVICES takes indices and UUIDs; anything else hides every GPU, and a run with
     # accelerator=auto would then train on the CPU without a word
     unknown = [d for d in devices or () if not re.fullmatch(r"\d+|(GPU|MIG)-\S+", d)]
     if unknown:
-        parser.error(f"--cuda-devices: {unknown[0]!r} is neither a GPU index (0, 1, ...) nor a GPU-/MIG- UUID "
+        parser.error(f"--cuda-devices: {shown(unknown[0])} is neither a GPU index (0, 1, ...) nor a GPU-/MIG- UUID "
                      "(nvidia-smi -L lists both); CUDA would show such a run no GPU")
     try:
         if args.prepare_only:
             config = load_batch_config(args.config)
+            parse_settings(config.slurm, dict(args.slurm), source=str(config.path))  # as a run would, before work
             if not config.prepare:
                 print(f"rpm-batch: {config.path} has no prepare steps; nothing to do")
             run_prepare(config, args.dry_run, (lambda *_: None) if args.quiet else printer())

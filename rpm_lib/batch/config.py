@@ -38,6 +38,7 @@ to the current working directory (run from the repository root); kernels run in 
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 import dataclasses
@@ -47,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from rpm_lib.cli_parser import one_line
 from rpm_lib.typed_values import load_yaml_file_text, yaml_problem
 
 #: Notebook parameter that receives ``<run folder>/<notebook stem>`` (figures, tables).
@@ -204,6 +206,8 @@ def load_batch_config(path: str | Path) -> BatchConfig:
         raise fail(path, yaml_problem(exc)) from None
     except UnicodeDecodeError as exc:
         raise fail(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except ValueError as exc:  # a number of more digits than int() takes
+        raise fail(path, f"unreadable value: {one_line(exc)}"[:200]) from None
     if not isinstance(raw, Mapping):
         raise fail(path, "top level must be a mapping")
     known = {"name", "template", "then", "report", "out", "kernel", "execution_timeout", "fixed", "grids", "axes",
@@ -245,9 +249,12 @@ def load_batch_config(path: str | Path) -> BatchConfig:
         if reserved in fixed or any(reserved in g.fixed for g in grids) or any(
                 reserved in values for g in grids for axis in g.axes.values() for values in axis.values()):
             raise fail(path, f"'{reserved}' is set by rpm-batch (the run folder); remove it from 'fixed'")
+    name = str(raw.get("name", path.stem))
+    if not _one_line(name):
+        raise fail(path, f"'name' {shown(name)} must be one line of printable characters")
     return BatchConfig(
         path=path,
-        name=str(raw.get("name", path.stem)),
+        name=name,
         template=template,
         then=then,
         out=Path(str(raw.get("out", Path("runs") / path.stem))),
@@ -308,49 +315,167 @@ class SlurmSettings:
     setup: tuple[str, ...] = ()
 
 
+#: The numeric SLURM settings: (type, smallest, largest, unit). The one definition of their ranges, for the YAML's
+#: ``slurm:`` mapping and ``--slurm KEY=VALUE`` alike (:func:`parse_settings`).
+SLURM_NUMBERS: dict[str, tuple[type, float, float, str]] = {
+    "time_min": (int, 1, 30 * 24 * 60, "minutes"),        # 30 days
+    "cpus_per_task": (int, 1, 1024, "CPUs"),
+    "gpus_per_task": (int, 0, 64, "GPUs"),
+    "mem_gb": (float, 1 / 1024, 64 * 1024, "GB"),           # from 1 MB: SLURM reads --mem=0 as the node's memory
+    "signal_delay_s": (int, 0, 30 * 24 * 3600, "seconds"),  # and smaller than time_min * 60
+    "max_requeues": (int, 0, 1000, "requeues"),
+    "array_parallelism": (int, 1, 100_000, "tasks"),
+}
+#: sbatch options rpm-batch sets itself: not accepted in ``extra`` (option -> the setting that sets it, or None).
+RESERVED_SBATCH_OPTIONS = {"time": "time_min", "partition": "partition", "account": "account",
+                           "cpus-per-task": "cpus_per_task", "gpus-per-node": "gpus_per_task", "mem": "mem_gb",
+                           "signal": "signal_delay_s", "array": "array_parallelism", "job-name": None,
+                           "output": None, "error": None, "open-mode": None, "nodes": None, "ntasks-per-node": None,
+                           "requeue": None, "wrap": None}
+#: How much of a refused value an error shows.
+SHOWN_CHARACTERS = 80
+
+
+def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
+    """``repr(value)`` for an error message: one line (a line break shows as ``\\n``), at most about ``limit``
+    characters (a longer one is cut, with the length it had)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 60:
+        digits = int(value.bit_length() * math.log10(2)) + 1  # repr() refuses over 4300 digits
+        return f"a number of {digits - (abs(value) < 10 ** (digits - 1))} digits"
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def parse_settings(raw: Any, overrides: Mapping[str, Any] = (), source: str = "slurm") -> SlurmSettings:
     """:class:`SlurmSettings` from the YAML's ``slurm:`` mapping, then ``overrides`` (``--slurm KEY=VALUE``).
 
+    Every value that reaches the job script is checked here: names and ``extra`` hold no line break or control
+    character (the script is shell: a line break would start a command), numbers are finite and within
+    :data:`SLURM_NUMBERS`, and ``signal_delay_s`` is smaller than the time limit. ``setup`` is shell by design.
+
     Raises:
-        BatchConfigError: not a mapping, an unknown key, or a value of the wrong type / range; names the key.
+        BatchConfigError: not a mapping, an unknown key, or a value of the wrong type / range; names the key (and
+            ``--slurm`` for an override).
     """
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise BatchConfigError(f"{source}: 'slurm' must be a mapping of settings, got {type(raw).__name__}")
-    values = {**raw, **dict(overrides)}
+    overrides = dict(overrides)
+    values = {**raw, **overrides}
     fields = {f.name: f for f in dataclasses.fields(SlurmSettings)}
     checked: dict[str, Any] = {}
     for key, value in values.items():
+        where = "--slurm" if key in overrides else source
         if key not in fields:
-            raise BatchConfigError(f"{source}: unknown slurm setting {key!r}; known: {', '.join(fields)}")
-        checked[key] = _check_setting(key, value, source)
-    return SlurmSettings(**checked)
+            raise BatchConfigError(f"{where}: unknown slurm setting {shown(key)}; known: {', '.join(fields)}")
+        checked[key] = _check_setting(key, value, where)
+    settings = SlurmSettings(**checked)
+    if settings.signal_delay_s >= settings.time_min * 60:
+        where = "--slurm" if {"signal_delay_s", "time_min"} & set(overrides) else source
+        raise BatchConfigError(
+            f"{where}: slurm setting 'signal_delay_s' ({settings.signal_delay_s} s) must be smaller than 'time_min' "
+            f"({settings.time_min} min) x 60 = {settings.time_min * 60} s: the run would get no time")
+    return settings
+
+
+def check_settings(settings: SlurmSettings, source: str = "slurm") -> SlurmSettings:
+    """``settings`` checked as :func:`parse_settings` checks the YAML's (e.g. a :class:`SlurmSettings` made in
+    code); returns them."""
+    return parse_settings({f.name: getattr(settings, f.name) for f in dataclasses.fields(SlurmSettings)},
+                          source=source)
+
+
+def job_settings(config: BatchConfig, out: str | Path, overrides: Mapping[str, Any] = ()) -> SlurmSettings:
+    """The settings of ``config``'s SLURM job array (its ``slurm:`` mapping, then ``overrides``), with the other
+    values the job script names checked too: the batch ``name`` (the job's name) and the batch folder ``out``
+    (submitit's log folder). Called before any work starts.
+
+    Raises:
+        BatchConfigError: a setting as :func:`parse_settings` says, or a name / folder with a line break or control
+            character.
+    """
+    settings = parse_settings(config.slurm, overrides, source=str(config.path))
+    if not _one_line(config.name):
+        raise fail(config.path, f"'name' {shown(config.name)} (the SLURM job's name) must be one line of printable "
+                                "characters")
+    folder = str(Path(out).resolve())
+    if not _one_line(folder):
+        raise fail(config.path, f"the batch folder {shown(folder)} ('out' / --out; the job script names it) must "
+                                "hold no line break or control character")
+    return settings
+
+
+def _one_line(text: str) -> bool:
+    """No line break, tab or other control / format character (what a shell script or an ``#SBATCH`` line may
+    hold)."""
+    return text.isprintable()
 
 
 def _check_setting(key: str, value: Any, source: str) -> Any:
     where = f"{source}: slurm setting {key!r}"
     if key in ("partition", "account"):
-        if value is not None and not (isinstance(value, str) and value.strip()):
-            raise BatchConfigError(f"{where}: expected a name, got {value!r}")
+        if value is not None and not (isinstance(value, str) and value.strip() and _one_line(value)
+                                      and not any(c.isspace() for c in value) and len(value) <= 256):
+            raise BatchConfigError(f"{where}: expected a name (no spaces, line breaks or control characters), "
+                                   f"got {shown(value)}")
         return value
-    if key in ("time_min", "cpus_per_task", "gpus_per_task", "signal_delay_s", "max_requeues", "array_parallelism"):
-        minimum = 0 if key in ("gpus_per_task", "signal_delay_s", "max_requeues") else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise BatchConfigError(f"{where}: expected a whole number >= {minimum}, got {value!r}")
-        return value
-    if key == "mem_gb":
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise BatchConfigError(f"{where}: expected a positive number of GB, got {value!r}")
+    if key in SLURM_NUMBERS:
+        kind, minimum, maximum, unit = SLURM_NUMBERS[key]
+        if key == "mem_gb" and value is None:
+            return value
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise BatchConfigError(f"{where}: expected a whole number >= {minimum}, got {shown(value)}")
+            if value > maximum:
+                raise BatchConfigError(f"{where}: expected at most {maximum} {unit}, got {shown(value)}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BatchConfigError(f"{where}: expected a number of {unit}, got {shown(value)}")
+        if not math.isfinite(value):
+            raise BatchConfigError(f"{where}: expected a finite number of {unit}, got {shown(value)}")
+        if key == "mem_gb" and value < minimum:
+            raise BatchConfigError(f"{where}: expected at least 1 MB ({minimum:g} GB), got {shown(value)} (SLURM "
+                                   "would read --mem=0 as all of the node's memory)")
+        if not minimum <= value <= maximum:
+            raise BatchConfigError(f"{where}: expected {minimum:g} to {maximum:g} {unit}, got {shown(value)}")
         return value
     if key == "extra":
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise BatchConfigError(f"{where}: expected a mapping of sbatch option -> value, got {value!r}")
+        if not isinstance(value, Mapping):
+            raise BatchConfigError(f"{where}: expected a mapping of sbatch option -> value, got {shown(value)}")
+        for option, setting in value.items():
+            _check_extra(option, setting, where)
         return dict(value)
     if key == "setup":
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, Sequence) or not all(isinstance(line, str) for line in value):
-            raise BatchConfigError(f"{where}: expected a list of shell lines, got {value!r}")
+            raise BatchConfigError(f"{where}: expected a list of shell lines, got {shown(value)}")
         return tuple(value)
     raise AssertionError(key)
+
+
+def _check_extra(option: Any, value: Any, where: str) -> None:
+    """One ``extra`` sbatch option: a plain option name rpm-batch does not set itself, and a one-line value."""
+    if not (isinstance(option, str) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", option)):
+        raise BatchConfigError(f"{where}: an sbatch option name is letters, digits, '-' and '_', got {shown(option)}")
+    if (name := option.replace("_", "-").lower()) in RESERVED_SBATCH_OPTIONS:
+        setting = RESERVED_SBATCH_OPTIONS[name]
+        raise BatchConfigError(f"{where}: {option!r} is set by rpm-batch" + (
+            f"; use the slurm setting {setting!r}" if setting else ""))
+    if value is True:  # a flag: #SBATCH --option
+        return
+    if isinstance(value, bool) or value is None:
+        raise BatchConfigError(f"{where}: {option!r}: expected a value, or true for a flag (leave a flag out "
+                               f"instead of setting it false), got {shown(value)}")
+    if isinstance(value, int):
+        if abs(value) > 10 ** 12:
+            raise BatchConfigError(f"{where}: {option!r}: expected at most 10^12 in size, got {shown(value)}")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BatchConfigError(f"{where}: {option!r}: expected a finite number, got {shown(value)}")
+        return
+    if not isinstance(value, str) or not _one_line(value) or len(value) > 1000:
+        raise BatchConfigError(f"{where}: {option!r}: expected one line of printable text (up to 1000 characters) "
+                               f"or a number, got {shown(value)}")

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from rpm_lib.batch.cell import RunResult, describe_error, notebook_failed, run_dir_of
-from rpm_lib.batch.config import (OUTPUT_DIR_PARAMETER, BatchConfig, BatchConfigError, RunSpec, load_batch_config,
-                                  parse_settings)
+from rpm_lib.batch.config import (OUTPUT_DIR_PARAMETER, BatchConfig, BatchConfigError, RunSpec, SlurmSettings,
+                                  job_settings, load_batch_config, parse_settings)
 from rpm_lib.batch.grid import expand_grid
 from rpm_lib.batch.local import run_locally, through_cuda_mps, watching
 from rpm_lib.batch.notebook import check_parameters, notebook_parameters
@@ -100,6 +100,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     log = (lambda *_: None) if quiet else printer()
     config = load_batch_config(config_path)
     out_dir = Path(out) if out is not None else config.out
+    # the SLURM settings (YAML and --slurm) before any work, with every executor and in a dry run too
+    settings = job_settings(config, out_dir, slurm or {}) if executor == "slurm" else parse_settings(
+        config.slurm, slurm or {}, source=str(config.path))
     plan = _plan(config, out_dir, expand_grid(config, grids, overrides))
     if workers_per_run is not None:
         if workers_per_run == "auto":
@@ -134,7 +137,7 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         run_prepare(config, False, log)
     watcher = _watcher(config, todo, log, jobs, stall_minutes) if live and not quiet else None
     if executor == "slurm":
-        return _run_on_slurm(config, specs, out_dir, dict(slurm or {}), wait, log, watcher)
+        return _run_on_slurm(config, specs, out_dir, settings, wait, log, watcher)
     if executor != "local":
         raise BatchConfigError(f"--executor must be local or slurm, got {executor!r}")
     by_name: dict[tuple[str, str], RunResult] = {
@@ -173,10 +176,16 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
     return results
 
 
+#: The longest ``--time-budget``: 30 days.
+MAX_TIME_BUDGET_S = 30 * 24 * 3600
+
+
 def time_budget_problem(seconds: float | None) -> str | None:
     """What is wrong with a batch's time budget (``None``: no budget, or a usable one)."""
-    if seconds is None or (math.isfinite(seconds) and seconds > 0):
+    if seconds is None or (math.isfinite(seconds) and 0 < seconds <= MAX_TIME_BUDGET_S):
         return None
+    if math.isfinite(seconds) and seconds > 0:
+        return f"--time-budget must be at most {MAX_TIME_BUDGET_S} seconds (30 days), got {seconds:g}"
     return f"--time-budget must be a positive, finite number of seconds, got {seconds:g}"
 
 
@@ -192,13 +201,12 @@ def _plan(config: BatchConfig, out_dir: Path, specs: list[RunSpec]) -> list[tupl
 
 
 
-def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, overrides: dict[str, Any], wait: bool,
+def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, settings: SlurmSettings, wait: bool,
                   log: Callable[[str], None], watcher: LiveProgress | None = None) -> list[RunResult]:
     """``--executor slurm``: submit the cells as one job array; with ``wait``, stay until it is done and write the
     tables."""
     from rpm_lib.batch.slurm import submit, wait as wait_for_cells  # its task's modules load Lightning
 
-    settings = parse_settings(config.slurm, overrides, source=str(config.path))
     submitted = dict((s.name, job) for s, job in submit(config, specs, out, settings, log))
     if not wait:
         return [RunResult(s, run_dir_of(out, s).resolve(),

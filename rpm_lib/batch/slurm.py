@@ -21,7 +21,7 @@ submitit (the ``cluster`` extra) is imported inside functions.
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import os
 import shlex
 import shutil
@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from rpm_lib.batch.cell import run_dir_of, run_one
-from rpm_lib.batch.config import BatchConfig, RunSpec, SlurmSettings
-from rpm_lib.json_files import write_object
+from rpm_lib.batch.config import BatchConfig, RunSpec, SlurmSettings, check_settings, job_settings
+from rpm_lib.json_files import read_object_or_empty, write_object
 from rpm_lib.run_folder import ERROR, STOP_FILE, RunStatus, is_finished, stopped_by_budget
 from rpm_lib.training.stop_signals import held_from_the_kernel
 
@@ -157,15 +157,43 @@ def _log(run_dir: Path, line: str) -> None:
 # ----------------------------------------------------------------------------------------------
 # submitting, status, cancelling
 # ----------------------------------------------------------------------------------------------
+def sbatch_parameters(config: BatchConfig, out: Path, settings: SlurmSettings) -> dict[str, Any]:
+    """submitit's ``update_parameters`` for the array: what its job script's ``#SBATCH`` lines say. Every value
+    from the YAML or ``--slurm`` in them is checked first (:func:`rpm_lib.batch.config.job_settings`: one line, no
+    control characters, in range), so none can end its line and start a shell command; ``setup`` is shell by design.
+
+    Raises:
+        BatchConfigError: a value that cannot go into the job script, naming its setting.
+    """
+    settings = check_settings(settings, source=str(config.path))
+    job_settings(dataclasses.replace(config, slurm=None), out)  # the job's name and log folder
+    parameters: dict[str, Any] = dict(
+        time=settings.time_min, cpus_per_task=settings.cpus_per_task, ntasks_per_node=1, nodes=1,
+        signal_delay_s=settings.signal_delay_s, array_parallelism=settings.array_parallelism,
+        job_name=f"rpm-{config.name}", additional_parameters={"requeue": True, **settings.extra},
+        setup=list(settings.setup))
+    if settings.partition:
+        parameters["partition"] = settings.partition
+    if settings.account:
+        parameters["account"] = settings.account
+    if settings.gpus_per_task:
+        parameters["gpus_per_node"] = settings.gpus_per_task
+    if settings.mem_gb is not None:
+        parameters["mem"] = f"{math.ceil(settings.mem_gb * 1024)}MB"  # at least 1 MB: --mem=0 is the whole node
+    return parameters
+
+
 def submit(config: BatchConfig, specs: Sequence[RunSpec], out: Path, settings: SlurmSettings,
            log: Any = print) -> list[tuple[RunSpec, str]]:
     """Submit the cells without ``metrics.json`` as one job array; returns (cell, job id) pairs.
 
     Raises:
         SlurmError: SLURM's commands are missing or sbatch refused the array.
+        BatchConfigError: a setting that cannot go into the job script (:func:`sbatch_parameters`).
     """
     import submitit
 
+    parameters = sbatch_parameters(config, out, settings)  # a value that cannot go into the job script: refused now
     _require("sbatch")
     todo = [s for s in specs if not is_finished(run_dir_of(out, s))]
     recorded = {s.name: (_job_record(run_dir_of(out, s)) or {}).get("job_id") for s in todo}
@@ -182,19 +210,6 @@ def submit(config: BatchConfig, specs: Sequence[RunSpec], out: Path, settings: S
     # rpm_lib.slurm_start: the task ignores SLURM's SIGUSR2 until a handler is there (an early one killed it)
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_requeues,
                                       python=f"{shlex.quote(sys.executable)} -m rpm_lib.slurm_start")
-    parameters: dict[str, Any] = dict(
-        time=settings.time_min, cpus_per_task=settings.cpus_per_task, ntasks_per_node=1, nodes=1,
-        signal_delay_s=settings.signal_delay_s, array_parallelism=settings.array_parallelism,
-        job_name=f"rpm-{config.name}", additional_parameters={"requeue": True, **settings.extra},
-        setup=list(settings.setup))
-    if settings.partition:
-        parameters["partition"] = settings.partition
-    if settings.account:
-        parameters["account"] = settings.account
-    if settings.gpus_per_task:
-        parameters["gpus_per_node"] = settings.gpus_per_task
-    if settings.mem_gb is not None:
-        parameters["mem"] = f"{int(settings.mem_gb * 1024)}MB"
     executor.update_parameters(**parameters)
     cell = GridCell(config, out.resolve(), settings, Path.cwd())
     try:
@@ -278,12 +293,9 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path) -> lis
 
 
 def _job_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``slurm.json`` (None when it has none or it is unreadable)."""
-    try:
-        record = json.loads((run_dir / JOB_RECORD).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
+    """The run's ``slurm.json`` (None when it has none, or it is unreadable, too large or deep, or names its job
+    other than as text: a shared folder's record must not crash ``status`` or ``cancel``)."""
+    return read_object_or_empty(run_dir / JOB_RECORD, fields={"job_id": str, "cancelled": bool}) or None
 
 
 def status_table(statuses: Sequence[CellStatus]) -> str:

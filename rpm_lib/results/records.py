@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpm_lib.typed_values import load_yaml_file_text
 from rpm_lib.json_files import read_object, read_object_or_empty
 from rpm_lib.results.accuracies import recorded_test_sets, run_accuracies, set_accuracies
 from rpm_lib.results.paper import ENCODER_NAMES, SETUP_LABELS, canonical_encoder, canonical_setup
@@ -192,7 +193,7 @@ def _config_yaml(run_dir: Path) -> dict[str, Any]:
     try:
         if not path.is_file() or path.stat().st_size > MAX_RECORD_BYTES:
             return {}
-        value = yaml.safe_load(path.read_text())
+        value = load_yaml_file_text(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from rpm_lib.json_files import read_object_or_empty
+from rpm_lib.json_files import printable, read_object_or_empty
 from rpm_lib.run_folder import (CHECKPOINTS, CONFIG, FINISHED, HISTORY, METRICS, PROGRESS, RUN_LOCK, RUN_RECORD,
                                 UNFINISHED)
 from rpm_lib.runs.archive_manifest import (ALLOWED, CHECKPOINT_NAMES, FORMAT, MANIFEST, MAX_FILE_BYTES,
@@ -265,13 +265,14 @@ def _restore(source: Path, out: Path, manifest: dict[str, Any], targets: dict[st
                 continue  # the archive's very state is here: what it does not carry belongs to that state
             reached, packed = _reach(here), _reach(restored)
             if reached.beyond(packed) and keep_further:
-                (warn or _print_warning)(f"{out / run}: the run here had gone further ({reached}) than the "
-                                         f"archive's ({packed}); kept (--keep-further)")
+                (warn or _print_warning)(f"{printable(str(out / run), 500)}: the run here had gone further "
+                                         f"({reached}) than the archive's ({packed}); kept (--keep-further)")
                 kept.add(run)
                 continue
             if reached.beyond(packed):
-                (warn or _print_warning)(f"{out / run}: the run here had gone further ({reached}) than the "
-                                         f"archive's ({packed}); replaced by the archive's (--overwrite)")
+                (warn or _print_warning)(f"{printable(str(out / run), 500)}: the run here had gone further "
+                                         f"({reached}) than the archive's ({packed}); replaced by the archive's "
+                                         "(--overwrite)")
             removed += left[run]
         for path in removed:
             path.unlink()

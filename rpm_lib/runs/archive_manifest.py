@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import os
 import re
 import tarfile
@@ -23,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from rpm_lib.json_files import parse_object, printable, shown_value
 from rpm_lib.run_folder import (CHECKPOINTS, CONFIG, FINAL_WEIGHTS, HISTORY, METRICS, PREDICTIONS_GLOB, PROGRESS,
                                 RUN_RECORD)
 from rpm_lib.training.setups import STAGES
@@ -61,6 +61,11 @@ _TAR_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def _named(name: str) -> str:
+    """A member's name as messages show it: quoted, control characters escaped, at most 200 characters."""
+    return shown_value(name, 200)
+
+
 class ArchiveError(ValueError):
     """A run folder cannot be packed, or an archive is malformed or unsafe; the message names the file."""
 
@@ -74,13 +79,15 @@ def split_name(name: str, source: Path) -> tuple[str, str]:
     """
     path = PurePosixPath(name)
     # Only the canonical spelling: "run/./x" or "run//x" would name the same file as another member.
-    if path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts or path.as_posix() != name:
-        raise ArchiveError(f"{source}: unsafe member name {name!r}; refusing to unpack")
+    # No control characters either: names are printed (a terminal escape sequence in a run folder's name).
+    if (path.is_absolute() or ".." in path.parts or "\\" in name or not path.parts or path.as_posix() != name
+            or not name.isprintable()):
+        raise ArchiveError(f"{source}: unsafe member name {_named(name)}; refusing to unpack")
     parts = path.parts
     for cut in (len(parts) - 3, len(parts) - 1):  # checkpoints/<stage>/<file>, or a file directly in the run folder
         if cut >= 0 and ALLOWED.fullmatch("/".join(parts[cut:])):
             return "/".join(parts[:cut]) or ".", "/".join(parts[cut:])
-    raise ArchiveError(f"{source}: member {name!r} is not a run-state file; refusing to unpack")
+    raise ArchiveError(f"{source}: member {_named(name)} is not a run-state file; refusing to unpack")
 
 
 def read_manifest(source: str | Path) -> dict[str, Any]:
@@ -97,7 +104,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
 
     def _proc_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type == tarfile.GNUTYPE_SPARSE:
-            raise tarfile.ReadError(f"member {self.name!r} is a sparse file")
+            raise tarfile.ReadError(f"member {_named(self.name)} is a sparse file")
         if self.type in _EXTENSIONS and self.size > MAX_HEADER_BYTES:
             raise tarfile.ReadError(f"a header extension of {self.size} bytes (at most {MAX_HEADER_BYTES})")
         return super()._proc_member(archive)  # type: ignore[misc]
@@ -133,14 +140,15 @@ def _manifest(archive: tarfile.TarFile, source: Path, max_total_bytes: int) -> d
     if member is None or member.name != MANIFEST or not member.isreg() or member.size > MAX_MANIFEST_BYTES:
         raise ArchiveError(f"{source}: does not begin with a readable {MANIFEST}; not an rpm-batch pack archive")
     handle = archive.extractfile(member)
-    try:
-        manifest = json.loads(handle.read() if handle is not None else b"")
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ArchiveError(f"{source}: no readable {MANIFEST} ({type(error).__name__}); not an rpm-batch pack "
-                           "archive") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    data = handle.read() if handle is not None else b""  # member.size <= MAX_MANIFEST_BYTES (above)
+    # bounded: at most MAX_MANIFEST_BYTES (above), nested at most json_files.MAX_DEPTH deep, no key twice
+    manifest = parse_object(data, f"{source}: {MANIFEST}", ArchiveError, "not an rpm-batch pack archive")
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise ArchiveError(f"{source}: {MANIFEST} is not format {FORMAT} version {VERSION}")
     _check_manifest(manifest, source, max_total_bytes)
+    # only informs (``rpm-batch unpack`` prints it): any other text is shown, escaped and cut, never refused
+    created = manifest.get("created")
+    manifest["created"] = printable(created) if isinstance(created, str) else "?"
     return manifest
 
 
@@ -162,18 +170,18 @@ def _check_manifest(manifest: dict[str, Any], source: Path, max_total_bytes: int
         if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
                 or not _SHA256.fullmatch(record["sha256"]) or not isinstance(size, int) or isinstance(size, bool)
                 or size < 0):
-            raise ArchiveError(f"{source}: {MANIFEST}: files[{name!r}] must be {{\"bytes\": <count>, \"sha256\": "
+            raise ArchiveError(f"{source}: {MANIFEST}: files[{_named(name)}] must be {{\"bytes\": <count>, \"sha256\": "
                                "<64 hex digits>}")
         if size > MAX_FILE_BYTES:
-            raise ArchiveError(f"{source}: member {name!r} is {size} bytes (at most {MAX_FILE_BYTES}); refusing to "
-                               "unpack")
+            raise ArchiveError(f"{source}: member {_named(name)} is {size} bytes (at most {MAX_FILE_BYTES}); refusing "
+                               "to unpack")
         total += size
     if total > max_total_bytes:
         raise ArchiveError(f"{source}: its files hold {total} bytes (at most {max_total_bytes}); refusing to unpack")
     for name in files:
         above = next((str(p) for p in PurePosixPath(name).parents if str(p) in files), None)
         if above is not None:
-            raise ArchiveError(f"{source}: member {name!r} lies below member {above!r}; refusing to unpack")
+            raise ArchiveError(f"{source}: member {_named(name)} lies below member {_named(above)}; refusing to unpack")
     runs = manifest.get("runs")
     if (not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in runs)
             or sorted(r["path"] for r in runs) != sorted(folders)):
@@ -192,16 +200,16 @@ def _check_member(member: tarfile.TarInfo, source: Path, dest: str) -> None:
     except tarfile.OutsideDestinationError:
         # a name that stays inside lexically (split_name) resolves outside: a symbolic link already in ``dest``
         where = os.path.realpath(os.path.join(dest, name))
-        raise ArchiveError(f"{source}: unsafe member name {name!r} (it would be written to {where}, outside "
+        raise ArchiveError(f"{source}: unsafe member name {_named(name)} (it would be written to {where}, outside "
                            f"{dest}); refusing to unpack") from None
     except tarfile.AbsolutePathError:
-        raise ArchiveError(f"{source}: unsafe member name {name!r}; refusing to unpack") from None
+        raise ArchiveError(f"{source}: unsafe member name {_named(name)}; refusing to unpack") from None
     except tarfile.FilterError:
-        raise ArchiveError(f"{source}: member {name!r} is not a regular file; refusing to unpack") from None
+        raise ArchiveError(f"{source}: member {_named(name)} is not a regular file; refusing to unpack") from None
     if filtered.name != name:  # the filter strips a leading "/": an absolute name
-        raise ArchiveError(f"{source}: unsafe member name {name!r}; refusing to unpack")
+        raise ArchiveError(f"{source}: unsafe member name {_named(name)}; refusing to unpack")
     if not member.isreg():
-        raise ArchiveError(f"{source}: member {name!r} is not a regular file; refusing to unpack")
+        raise ArchiveError(f"{source}: member {_named(name)} is not a regular file; refusing to unpack")
 
 
 def read_members(source: Path, dest: str | os.PathLike, sink: Callable[[str], IO[bytes]] | None = None,
@@ -224,14 +232,14 @@ def read_members(source: Path, dest: str | os.PathLike, sink: Callable[[str], IO
         while (member := archive.next()) is not None:
             name = member.name
             if name == MANIFEST or name in seen:
-                raise ArchiveError(f"{source}: member {name!r} appears twice; refusing to unpack")
+                raise ArchiveError(f"{source}: member {_named(name)} appears twice; refusing to unpack")
             split_name(name, source)
             _check_member(member, source, dest)
             if name not in expected:
-                raise ArchiveError(f"{source}: member {name!r} is not listed in {MANIFEST} (damaged or altered "
+                raise ArchiveError(f"{source}: member {_named(name)} is not listed in {MANIFEST} (damaged or altered "
                                    "archive); refusing to unpack")
             if member.size != expected[name]["bytes"]:
-                raise ArchiveError(f"{source}: member {name!r} is {member.size} bytes, {MANIFEST} says "
+                raise ArchiveError(f"{source}: member {_named(name)} is {member.size} bytes, {MANIFEST} says "
                                    f"{expected[name]['bytes']} (damaged or altered archive)")
             seen.add(name)
             handle = archive.extractfile(member) or io.BytesIO()
@@ -241,7 +249,7 @@ def read_members(source: Path, dest: str | os.PathLike, sink: Callable[[str], IO
                     digest.update(chunk)
                     write(chunk)
             if digest.hexdigest() != expected[name]["sha256"]:
-                raise ArchiveError(f"{source}: member {name!r} does not match its SHA-256 in {MANIFEST} "
+                raise ArchiveError(f"{source}: member {_named(name)} does not match its SHA-256 in {MANIFEST} "
                                    "(damaged or altered archive)")
         missing = sorted(set(expected) - seen)
         if missing:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rpm_lib.typed_values import load_yaml_file_text
 from rpm_lib.run_folder import CONFIG
 
 
@@ -20,7 +21,7 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
     import yaml
 
     try:
-        values = yaml.safe_load((run_dir / CONFIG).read_text())
+        values = load_yaml_file_text((run_dir / CONFIG).read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     return values if isinstance(values, dict) else None
