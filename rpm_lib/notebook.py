@@ -327,16 +327,12 @@ def pretrained_summary(entry: Any) -> tuple[list[str], list[list[str]]]:
 
 def pretrained_accuracy_report(rows: Sequence[dict[str, Any]], output_dir: str | Path | None = None,
                                name: str = "fresh_accuracy", title: str | None = None) -> None:
-    """Show ``accuracy_rows`` of a shipped model as a Markdown table and as ``rpm_lib.viz.evaluation.plot_accuracy_intervals`` (both
-    saved into ``output_dir`` as ``<name>.csv/.md/.png``)."""
-    from IPython.display import Markdown, display
-
-    from rpm_lib.pretrained.evaluate import ACCURACY_COLUMNS, CONFIDENCE, format_rows
+    """Show ``accuracy_rows`` of a shipped model as a Markdown table and as
+    ``rpm_lib.viz.evaluation.plot_accuracy_intervals`` (both saved into ``output_dir`` as ``<name>.csv/.md/.png``)."""
+    from rpm_lib.pretrained.evaluate import ACCURACY_COLUMNS, CONFIDENCE
     from rpm_lib.viz.evaluation import plot_accuracy_intervals
 
-    lines = format_rows(rows, ACCURACY_COLUMNS)
-    save_table([title for _, title in ACCURACY_COLUMNS], [_table_cells(line) for line in lines[2:]], output_dir, name)
-    display(Markdown("\n".join(lines)))
+    _rows_report(rows, ACCURACY_COLUMNS, output_dir, name)
     show(plot_accuracy_intervals(rows, title, CONFIDENCE), output_dir, name)
 
 
@@ -344,16 +340,18 @@ def pretrained_regime_report(rows: Sequence[dict[str, Any]], output_dir: str | P
                              name: str = "regimes") -> None:
     """Show ``regime_rows`` of a shipped model as a Markdown table (saved into ``output_dir`` as
     ``<name>.csv/.md``), with why each split is in or out of the training distribution."""
+    from rpm_lib.pretrained.evaluate import REGIME_COLUMNS
+
+    _rows_report(rows, (*REGIME_COLUMNS, ("why", "why")), output_dir, name)
+
+
+def _rows_report(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]],
+                 output_dir: str | Path | None, name: str) -> None:
+    """Display rows of ``rpm_lib.pretrained.evaluate`` as a Markdown table, saved by :func:`save_table`."""
     from IPython.display import Markdown, display
 
-    from rpm_lib.pretrained.evaluate import REGIME_COLUMNS, format_rows
+    from rpm_lib.pretrained.evaluate import table_cells
 
-    columns = (*REGIME_COLUMNS, ("why", "why"))
-    lines = format_rows(rows, columns)
-    save_table([title for _, title in columns], [_table_cells(line) for line in lines[2:]], output_dir, name)
-    display(Markdown("\n".join(lines)))
-
-
-def _table_cells(line: str) -> list[str]:
-    """The cells of one Markdown table row ``| a | b |``."""
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+    header, cells = table_cells(rows, columns)
+    save_table(header, cells, output_dir, name)
+    display(Markdown(markdown_table(header, cells)))

@@ -167,8 +167,9 @@ def regime_rows(model: RpmModule, entry: PretrainedModel, regimes: Sequence[str]
     return rows
 
 
-def format_rows(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> list[str]:
-    """A Markdown table of ``rows``; accuracies in percent, intervals as ``low–high``."""
+def table_cells(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]
+                ) -> tuple[list[str], list[list[str]]]:
+    """``(header, cells)`` of ``rows`` as text: accuracies in percent, intervals as ``low–high``."""
     def cell(row: dict[str, Any], key: str) -> str:
         value = row.get(key)
         if key == "interval":
@@ -179,10 +180,14 @@ def format_rows(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str
             return "–" if value is None else ("yes" if value else "NO")
         return str(value)
 
-    lines = ["| " + " | ".join(title for _, title in columns) + " |",
-             "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell(row, key) for key, _ in columns) + " |" for row in rows]
-    return lines
+    return [title for _, title in columns], [[cell(row, key) for key, _ in columns] for row in rows]
+
+
+def format_rows(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> list[str]:
+    """The lines of a Markdown table of ``rows`` (:func:`table_cells`)."""
+    header, cells = table_cells(rows, columns)
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
+            *("| " + " | ".join(row) + " |" for row in cells)]
 
 
 #: The columns of :func:`accuracy_rows` as printed.
