@@ -294,7 +294,9 @@ def execute_notebook(template: str | Path, out_path: str | Path, parameters: Map
             kernel_name=kernel_name,
             progress_bar=False,
             log_output=log_output,
-            request_save_on_cell_execute=False,
+            # saved after each cell (and every 30 s of a long one): a kernel killed mid-cell (the out-of-memory
+            # killer, kill -9) still leaves the executed notebook, with the outputs up to then
+            request_save_on_cell_execute=True,
             cwd=None if cwd is None else str(cwd),
             **kwargs,
         )

@@ -31,7 +31,7 @@ __all__ = [
     "CONFIG", "RUN_RECORD", "PROGRESS", "HISTORY", "METRICS", "PREDICTIONS", "FINAL_WEIGHTS",
     "EXTRA_PREDICTIONS_GLOB", "PREDICTIONS_GLOB", "CHECKPOINTS", "ERROR", "STOP_FILE", "RUN_LOCK", "RUN_RECORDS",
     "UNFINISHED_EXIT_CODE",
-    "RunStatus", "FINISHED", "UNFINISHED", "is_finished", "stopped_by_budget", "is_run_folder", "RunFolders",
+    "RunStatus", "FINISHED", "UNFINISHED", "is_finished", "request_stop", "stopped_by_budget", "is_run_folder", "RunFolders",
     "find_run_folders", "weights_record", "recorded_weights", "write_object",
 ]
 
@@ -99,13 +99,28 @@ class RunStatus(enum.StrEnum):
     PENDING = "pending"
     #: a run folder whose records cannot be read (the report names the file and why).
     DAMAGED = "damaged"
-    #: a SLURM cell whose job ``rpm-batch cancel`` cancelled (submitting again resumes it).
+    #: a SLURM cell whose job was cancelled (``rpm-batch cancel`` or ``scancel``); it is not requeued, and submitting
+    #: again resumes it.
     CANCELLED = "cancelled"
+    #: a SLURM cell cancelled while its task was running: the run is stopping at its next step, with its state saved.
+    CANCELLING = "cancelling"
     #: a SLURM cell whose task requeued itself to resume its run (waiting to start again).
     REQUEUED = "requeued"
 
 
 FINISHED, UNFINISHED = RunStatus.FINISHED, RunStatus.UNFINISHED
+
+
+def request_stop(run_dir: str | os.PathLike) -> bool:
+    """Ask the run training in ``run_dir`` to stop at its next step: create its :data:`STOP_FILE`, never through a
+    symbolic link (one planted at that name could lead anywhere) and never blocking on a FIFO. Returns whether the
+    request is there; a link, folder or missing run folder there is left as it is (False)."""
+    try:
+        handle = os.open(Path(run_dir) / STOP_FILE, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError:
+        return False
+    os.close(handle)
+    return True
 
 
 def is_finished(run_dir: str | os.PathLike) -> bool:

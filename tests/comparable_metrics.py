@@ -6,7 +6,7 @@ from typing import Any
 #: Stage entries' keys that depend on the machine and the run folder, not on the training.
 STAGE_TIMING = ("wall_time_s", "val_seconds", "weights")
 #: Config fields that say where and how a run ran, not what it trained.
-CONFIG_RUN_CONTROL = ("run_dir", "data_root", "time_budget", "resume", "overwrite")
+CONFIG_RUN_CONTROL = ("run_dir", "data_root", "time_budget", "resume", "overwrite", "restart_stage")
 
 
 def comparable(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -241,7 +241,8 @@ def test_cli_help_and_dry_run(tmp_path, fake_templates, capsys):
     assert batch.main([str(tmp_path / "nope.yaml")]) == 2
 
 
-@pytest.mark.parametrize("name", ["demo.yaml", "table1.yaml", "table1_scl_gpu.yaml", "table1_scl_tiny.yaml"])
+@pytest.mark.parametrize("name", ["demo.yaml", "table1.yaml", "table1_scl_gpu.yaml", "table1_scl_tiny.yaml",
+                                  "slurm_example.yaml"])
 def test_shipped_configs_are_valid_train_configs(name, monkeypatch):
     """Every run of the shipped batches (all grids) is a valid TrainConfig and a known 03_train parameter."""
     import papermill
@@ -636,3 +637,74 @@ axes:
     assert error.rstrip().splitlines()[-1] == "RuntimeError: deliberate failure for seed 1"  # quoted by the tables
     # the batch's line for the failed run still ends with the error itself
     assert re.search(r"failed +main/seed-1 \(.*\): RuntimeError: deliberate failure for seed 1", done.stdout)
+
+
+FILLING_TRAIN_BODY = """
+import pathlib
+pathlib.Path(run_dir, "history.csv").write_text("epoch\\n")
+with open(pathlib.Path(run_dir, "fill.bin"), "wb") as handle:  # until the disk is full
+    handle.write(b"0" * (8 << 20))
+"""
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 4 MB tmpfs at ``tmp_path/small`` (mounting needs root: CI runs as root)."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("a full disk is made with a small tmpfs, which only root may mount (CI runs as root)")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"this machine refuses to mount a tmpfs ({done.stderr.strip()}); a container without "
+                    "CAP_SYS_ADMIN")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_leaves_its_reason_in_error_txt_and_no_temporary_files(tmp_path, small_disk):
+    # with the disk full, error.txt, the executed notebook and the task's log were all empty: nothing said why
+    train = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\n', FILLING_TRAIN_BODY)
+    config = _write_config(tmp_path / "b.yaml", f"""
+template: {train}
+out: {small_disk / "out"}
+axes:
+  seed:
+    "0": {{}}
+""")
+    results = batch.run_batch(config, quiet=True)
+    assert [r.status for r in results] == ["failed"]
+    run_dir = small_disk / "out" / "main" / "seed-0"
+    error = (run_dir / "error.txt").read_text()
+    assert error.rstrip().splitlines()[-1].startswith("OSError: [Errno 28] No space left on device"), error[-500:]
+    assert results[0].error.rstrip().splitlines()[-1].startswith("OSError: [Errno 28] No space left on device")
+    left = [p.name for p in small_disk.rglob("*") if ".tmp" in p.name or p.name.endswith((".reserve", ".partial"))]
+    assert left == [], left
+
+
+KILLED_TRAIN_BODY = """
+import os, pathlib, signal
+pathlib.Path(run_dir, "history.csv").write_text("epoch\\n")
+os.kill(os.getpid(), signal.SIGKILL)  # the out-of-memory killer, kill -9
+"""
+
+
+def test_a_killed_kernel_leaves_its_executed_notebook(tmp_path):
+    train = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\n', KILLED_TRAIN_BODY)
+    config = _write_config(tmp_path / "b.yaml", f"""
+template: {train}
+out: {tmp_path / "out"}
+axes:
+  seed:
+    "0": {{}}
+""")
+    assert [r.status for r in batch.run_batch(config, quiet=True)] == ["failed"]
+    run_dir = tmp_path / "out" / "main" / "seed-0"
+    executed = nbformat.read(run_dir / "train.ipynb", as_version=4)  # was missing: nothing showed how far it got
+    assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
+    assert "DeadKernelError" in (run_dir / "error.txt").read_text()

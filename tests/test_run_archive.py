@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 import re
 import tarfile
@@ -546,16 +547,58 @@ def test_unpack_cli_one_line_for_foreign_files_and_a_warning_line_for_rollbacks(
 
 
 def test_unpack_refuses_to_write_through_a_symbolic_link_already_in_the_folder(tmp_path: Path) -> None:
-    # tarfile's data filter resolves each member's place in the folder unpacked into: a run folder there that is a
-    # link to elsewhere would have had the archive's files written outside it
+    # a run folder there that is a link to elsewhere would have had the archive's files written outside it: the
+    # link is named (tarfile's data filter, which resolves each member's place, would blame the archive)
     source = _archive(tmp_path / "s.tar.gz", {"r/config.yaml": b"a"})
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "r").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
-    with pytest.raises(ArchiveError, match="unsafe member name 'r/config.yaml' .*outside") as error:
+    with pytest.raises(ArchiveError, match="a symbolic link; unpack writes and removes nothing through a link") as error:
         run_archive.unpack(source, tmp_path / "out", overwrite=True)
-    assert str(source) in str(error.value) and "\n" not in str(error.value)
+    assert str(error.value).startswith(f"{tmp_path / 'out' / 'r'}: ") and "\n" not in str(error.value)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def _tree(folder: Path) -> dict[str, str | bytes | None]:
+    """Every path below ``folder`` (links not followed) with its bytes (None: a folder; a link: where it leads)."""
+    return {str(p.relative_to(folder)): (f"-> {os.readlink(p)}" if p.is_symlink() else None if p.is_dir()
+                                         else p.read_bytes()) for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("link", ["grid/r", "grid", "grid/r/checkpoints", "grid/r/checkpoints/linear",
+                                  "grid/r/history.csv", "grid/r/checkpoints/linear/last.ckpt",
+                                  "grid/r/.config.yaml.unpack-partial"])
+def test_unpack_overwrite_refuses_a_link_below_out_and_leaves_its_target_as_it_was(tmp_path: Path,
+                                                                                 link: str) -> None:
+    # found: with --overwrite a run folder (or the grid folder above it, or its checkpoints folder) linked to a
+    # folder outside --out had the archive's files written there and the replaced run's other files removed there
+    batch_dir, target = tmp_path / "batch", tmp_path / "outside"
+    run = batch_dir / "grid" / "r"
+    _fake_run(run, "finished")
+    run_archive.pack(batch_dir, tmp_path / "s.tar.gz")
+    (run / "history.csv").write_text("stage,epoch\n")  # no longer the archive's state: --overwrite replaces it
+    place = batch_dir / link
+    if place.suffix in (".csv", ".ckpt", ".unpack-partial"):
+        target.mkdir()
+        (target / "file").write_bytes(b"not to be written through")
+        place.unlink(missing_ok=True)
+        place.symlink_to(target / "file")
+    else:
+        shutil.move(place, target)  # the folder moved out of --out, a link to it left in its place
+        place.symlink_to(target, target_is_directory=True)
+    outside, inside = _tree(target), _tree(batch_dir)
+    assert outside
+    with pytest.raises(ArchiveError, match="a symbolic link; unpack writes and removes nothing") as error:
+        run_archive.unpack(tmp_path / "s.tar.gz", batch_dir, overwrite=True)
+    assert str(error.value).startswith(f"{place}: ") and str(error.value).endswith("nothing unpacked")
+    assert "\n" not in str(error.value)
+    assert _tree(target) == outside and _tree(batch_dir) == inside
+    assert batch.main(["unpack", str(tmp_path / "s.tar.gz"), "--out", str(batch_dir), "--overwrite"]) == 2
+    assert _tree(target) == outside and _tree(batch_dir) == inside
+    # the link replaced by a real folder (or file): the same archive unpacks
+    place.unlink()
+    run_archive.unpack(tmp_path / "s.tar.gz", batch_dir, overwrite=True)
+    assert (batch_dir / "grid" / "r" / "metrics.json").is_file() and _tree(target) == outside
 
 
 def test_unpack_refuses_members_that_tarfile_s_data_filter_refuses(tmp_path: Path) -> None:

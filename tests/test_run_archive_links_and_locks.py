@@ -1,6 +1,7 @@
 """``rpm-batch pack`` / ``unpack`` on a real stopped run (the ``stopped`` fixture of tests/conftest.py): pack takes
 only files that lie inside the packed folder, refusing a symbolic link instead of packing what it points at, and
-``unpack --overwrite`` is refused while a run trains in the folder it would replace."""
+``unpack --overwrite`` is refused while a run trains in the folder it would replace, or where a run or grid folder
+below ``--out`` is a link."""
 from __future__ import annotations
 
 import shutil
@@ -55,3 +56,30 @@ def test_pack_refuses_a_symbolic_link_instead_of_packing_what_it_points_at(stopp
         run_archive.pack(batch_dir, tmp_path / "state.tar.gz")
     assert str(error.value).startswith(f"{place}: ") and "\n" not in str(error.value)
     assert not (tmp_path / "state.tar.gz").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# unpack: nothing written or removed through a link below --out
+# ----------------------------------------------------------------------------------------------
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("link", ["grid/run", "grid"])
+def test_unpack_overwrite_refuses_a_run_or_grid_folder_linked_outside(stopped: TrainConfig, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str],
+                                                                      link: str) -> None:
+    # found: the linked run folder's files outside --out were rewritten by the archive's, its others removed
+    batch_dir = tmp_path / "batch"
+    shutil.copytree(stopped.run_dir, batch_dir / "grid" / "run")
+    run_archive.pack(batch_dir, tmp_path / "state.tar.gz")
+    (batch_dir / "grid" / "run" / "metrics.json").write_text("{}")  # gone further: --overwrite would remove it
+    place, outside = batch_dir / link, tmp_path / "outside"
+    shutil.move(place, outside)
+    place.symlink_to(outside, target_is_directory=True)
+    before = _files(outside)
+    assert batch.main(["unpack", str(tmp_path / "state.tar.gz"), "--out", str(batch_dir), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"rpm-batch unpack: error: {place}: a symbolic link;"), err
+    assert _files(outside) == before and place.is_symlink()
+    assert not list(tmp_path.rglob("*partial*"))

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import re
+import sys
 import threading
 import time
 import traceback
@@ -31,7 +32,8 @@ from typing import Any
 from rpm_lib.batch.config import OUTPUT_DIR_PARAMETER, RUN_DIR_PARAMETER, BatchConfig, RunSpec
 from rpm_lib.json_files import write_object
 from rpm_lib.notebook_execution import execute_notebook, kernel_log_of
-from rpm_lib.run_folder import ERROR, METRICS, RUN_RECORD, STOP_FILE, RunStatus, is_finished, stopped_by_budget
+from rpm_lib.run_folder import (ERROR, METRICS, RUN_RECORD, STOP_FILE, RunStatus, is_finished, request_stop,
+                               stopped_by_budget)
 
 #: Seconds of a batch's time budget kept back from each run's own: its kernel's start and the batch's tables
 #: (at most a tenth of the budget, for short budgets).
@@ -47,6 +49,13 @@ BACKSTOP_S = 15.0
 BACKSTOP_REPEAT_S = 2.0
 #: Lines of a failed notebook's kernel log quoted in the run's ``error.txt``.
 KERNEL_LOG_TAIL_LINES = 20
+#: Space held in the run folder while a cell runs and freed for its ``error.txt`` when it fails (bytes): on a full
+#: disk the failure must still say why.
+ERROR_RESERVE_BYTES = 256 << 10
+#: The file that holds :data:`ERROR_RESERVE_BYTES` (removed when the cell ends, however it ends but a kill).
+ERROR_RESERVE = ".error.reserve"
+#: How a full disk shows in a traceback, with the file when it names one.
+_NO_SPACE = re.compile(r"(?:\[Errno 28\] )?No space left on device(?:: '([^']*)')?")
 
 
 def _kernel_log_tail(log: Path) -> str:
@@ -86,13 +95,58 @@ def notebook_failed(path: Path) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """A failure as ``error.txt`` quotes it: the kernel's traceback for a notebook error, else Python's."""
+    """A failure as ``error.txt`` quotes it: the kernel's traceback for a notebook error, else Python's. Its last
+    line names the cause; a full disk anywhere in the traceback is that cause (a library's own message for it, such
+    as PyTorch's ``unexpected pos`` on a truncated checkpoint, would say nothing a user can act on)."""
     ename = getattr(exc, "ename", None)
     if ename is not None:  # papermill.PapermillExecutionError: the kernel-side error
         tb = "\n".join(getattr(exc, "traceback", []) or [])
         tb = re.sub(r"\x1b\[[0-9;]*m", "", tb)  # ANSI colours from IPython
-        return f"{tb}\n{ename}: {exc.evalue}\n"
-    return "".join(traceback.format_exception(exc))
+        text = f"{tb}\n{ename}: {exc.evalue}\n"
+    else:
+        text = "".join(traceback.format_exception(exc))
+    full = _NO_SPACE.search(text)
+    last = text.rstrip().splitlines()[-1] if text.strip() else ""
+    if full is not None and "No space left on device" not in last:
+        text += f"OSError: [Errno 28] No space left on device{f': {full.group(1)}' if full.group(1) else ''}\n"
+    return text
+
+
+@contextlib.contextmanager
+def _error_reserve(run_dir: Path) -> Iterator[Any]:
+    """Hold :data:`ERROR_RESERVE_BYTES` of disk in ``run_dir`` while the block runs; yields the function that
+    frees it (for the error path). Best effort: a file system without ``fallocate`` holds nothing."""
+    reserve = run_dir / ERROR_RESERVE
+    try:
+        handle = os.open(reserve, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW | os.O_TRUNC, 0o644)
+        try:
+            os.posix_fallocate(handle, 0, ERROR_RESERVE_BYTES)
+        finally:
+            os.close(handle)
+    except OSError:
+        pass
+
+    def free() -> None:
+        with contextlib.suppress(OSError):
+            reserve.unlink(missing_ok=True)
+
+    try:
+        yield free
+    finally:
+        free()
+
+
+def _write_error(run_dir: Path, text: str, free: Any) -> None:
+    """``error.txt``, written into the space :func:`_error_reserve` held; when even that fails, its cause goes to
+    standard error (the task's or the batch's log), never lost."""
+    free()
+    try:
+        (run_dir / ERROR).write_text(text)
+    except OSError as problem:
+        with contextlib.suppress(OSError):  # a cut-short error.txt would quote a wrong last line
+            (run_dir / ERROR).unlink(missing_ok=True)
+        last = text.rstrip().splitlines()[-1] if text.strip() else ""
+        print(f"rpm-batch: {run_dir}: failed ({last}); {ERROR} could not be written: {problem}", file=sys.stderr)
 
 
 class _Backstop:
@@ -115,10 +169,9 @@ class _Backstop:
         if self._closed.wait(max(0.0, self.at - time.time())):
             return
         while not self._closed.is_set():
-            with contextlib.suppress(OSError):  # a folder moved away: nothing is left to stop there
-                self.stop_file.touch()
-                if self.first_request is None:
-                    self.first_request = time.time()
+            # a folder moved away, or a link or folder at the name: nothing is asked (never through a link)
+            if request_stop(self.stop_file.parent) and self.first_request is None:
+                self.first_request = time.time()
             self._closed.wait(BACKSTOP_REPEAT_S)
 
     def close(self) -> None:
@@ -191,6 +244,13 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
     if not steps:
         return RunResult(spec, run_dir, RunStatus.SKIPPED)
     (run_dir / ERROR).unlink(missing_ok=True)
+    with _error_reserve(run_dir) as free:
+        return _run_steps(spec, config, run_dir, steps, deadline, start, executed, free)
+
+
+def _run_steps(spec: RunSpec, config: BatchConfig, run_dir: Path, steps: list[tuple[Path, dict[str, Any], Path]],
+               deadline: tuple[float, float] | None, start: float, executed: list[str], free: Any) -> RunResult:
+    """Execute ``steps`` (template, parameters, executed notebook) of one cell in order (see :func:`run_one`)."""
     for template, params, out_nb in steps:
         try:
             # only the training notebook runs against the batch's deadline
@@ -212,7 +272,7 @@ def run_one(spec: RunSpec, config: BatchConfig, out: Path, cuda_devices: str | N
             header, error = f"step: {template}\nexecuted notebook: {out_nb}\n", describe_error(exc)
             message = f"{header}\n{error}"
             # the error stays the last line (the tables and the batch's summary quote it)
-            (run_dir / ERROR).write_text(f"{header}{_kernel_log_tail(kernel_log_of(out_nb))}\n{error}")
+            _write_error(run_dir, f"{header}{_kernel_log_tail(kernel_log_of(out_nb))}\n{error}", free)
             return RunResult(spec, run_dir, RunStatus.FAILED, time.perf_counter() - start, message, executed)
     return RunResult(spec, run_dir, RunStatus.DONE, time.perf_counter() - start, None, executed)
 

@@ -24,6 +24,7 @@ from rpm_lib.batch.grid import expand_grid
 from rpm_lib.batch.prepare import run_prepare
 from rpm_lib.batch.run import STALL_MINUTES, gather_results, printer, run_batch, time_budget_problem
 from rpm_lib.cli_parser import OneLineArgumentParser, print_error
+from rpm_lib.folder_lock import UnsafeLockFileError
 from rpm_lib.json_files import write_object
 from rpm_lib.run_folder import UNFINISHED_EXIT_CODE, RunStatus
 
@@ -268,7 +269,9 @@ def slurm_main(argv: Sequence[str]) -> int:
             print(slurm.status_table(slurm.cell_status(config, specs, out)))
         else:
             jobs = slurm.cancel(config, specs, out)
-            print(f"rpm-batch cancel: {len(jobs)} job(s) cancelled" + (f": {' '.join(jobs)}" if jobs else ""))
+            print(f"rpm-batch cancel: {len(jobs)} job(s) cancelled" + (f": {' '.join(jobs)}" if jobs else "")
+                  + ("; running cells stop at their next step with their state saved and are not requeued (submitting "
+                     "the batch again resumes them)" if jobs else ""))
     except (BatchConfigError, FileNotFoundError, slurm.SlurmError) as exc:
         print(f"rpm-batch {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
@@ -334,7 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             time_budget=args.time_budget, workers_per_run=args.workers_per_run,
                             executor=args.executor, slurm=dict(args.slurm), wait=args.wait,
                             live=not args.quiet, stall_minutes=args.stall_minutes, cuda_mps=args.cuda_mps)
-    except (BatchConfigError, FileNotFoundError, RuntimeError) as exc:  # RuntimeError: a failed prepare step, SLURM
+    except (BatchConfigError, FileNotFoundError, RuntimeError, UnsafeLockFileError) as exc:
+        # RuntimeError: a failed prepare step, SLURM, another submission holding the batch folder
         print(f"rpm-batch: error: {exc}", file=sys.stderr)
         return 2
     if any(r.status == RunStatus.FAILED for r in results):

@@ -91,6 +91,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         raise BatchConfigError(problem)
     if not stall_minutes > 0:
         raise BatchConfigError(f"--stall-minutes must be a positive number of minutes, got {stall_minutes}")
+    if time_budget is not None and executor == "slurm":  # was dropped without a word
+        raise BatchConfigError("--time-budget: on SLURM each task's budget is its time limit (the YAML's slurm "
+                               "'time_min', less 'signal_delay_s'); drop --time-budget or use --executor local")
     if cuda_mps and executor != "local":
         raise BatchConfigError("--cuda-mps: an MPS daemon is started for local runs only (on SLURM, ask the site "
                                "for MPS, e.g. through its gres)")
@@ -119,8 +122,9 @@ def run_batch(config_path: str | Path, jobs: int = 1, dry_run: bool = False, out
         raise BatchConfigError(f"{config.path}: --time-budget: the template {config.template} has no 'time_budget' "
                                "parameter")
     todo = [(s, d) for s, d, f in plan if not f]
-    log(f"rpm-batch {config.path}: {len(specs)} runs ({len(specs) - len(todo)} already finished), "
-        f"{jobs} at a time, into {out_dir}")
+    how = "as one SLURM job array" if executor == "slurm" else f"{jobs} at a time"
+    log(f"rpm-batch {config.path}: {len(specs)} runs ({len(specs) - len(todo)} already finished), {how}, "
+        f"into {out_dir}")
     if dry_run:
         if prepare:
             run_prepare(config, True, log)
@@ -207,7 +211,8 @@ def _run_on_slurm(config: BatchConfig, specs: list[RunSpec], out: Path, settings
     tables."""
     from rpm_lib.batch.slurm import submit, wait as wait_for_cells  # its task's modules load Lightning
 
-    submitted = dict((s.name, job) for s, job in submit(config, specs, out, settings, log))
+    hint = f"rpm-batch status {config.path}" + ("" if out == config.out else f" --out {out}")
+    submitted = dict((s.name, job) for s, job in submit(config, specs, out, settings, log, status_hint=hint))
     if not wait:
         return [RunResult(s, run_dir_of(out, s).resolve(),
                           RunStatus.SUBMITTED if s.name in submitted else RunStatus.SKIPPED) for s in specs]

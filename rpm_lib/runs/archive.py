@@ -37,7 +37,9 @@ special files) and matching its SHA-256. Existing
 run files are never replaced unless asked; with ``overwrite`` a run already there is replaced as a whole (its
 progress records, results and checkpoints that the archive does not carry are removed, so none contradicts the
 restored state), and a run that had gone further than the archive's is named in a warning; a run still training
-there (its ``RUN_LOCK`` held) is refused. Checkpoints are plain
+there (its ``RUN_LOCK`` held) is refused. A symbolic link below the folder unpacked into (a run folder, a grid
+folder, a checkpoints folder or a file) that a file would be written through or removed through is refused,
+wherever it leads: nothing is written or removed outside that folder. Checkpoints are plain
 tensors, read with ``torch.load(weights_only=True)`` when resumed, so an archive cannot run code.
 
 This module is the archive's interface (``pack``, ``unpack``, ``read_manifest``, ...) and holds unpacking; packing
@@ -87,6 +89,31 @@ def _state_files(run_dir: Path) -> list[Path]:
     names += sorted(p.name for p in run_dir.glob(RESULT_GLOB))
     names += [f"{CHECKPOINTS}/{stage}/{name}" for stage in STAGES for name in CHECKPOINT_NAMES]
     return [run_dir / name for name in names if ALLOWED.fullmatch(name) and (run_dir / name).is_file()]
+
+
+def _refuse_links(out: Path, paths: Iterable[Path]) -> None:
+    """Refuse ``paths`` (below ``out``) that are, or lie below, a symbolic link under ``out``.
+
+    A run folder, a grid folder or a checkpoints folder linked to elsewhere would have the archive's files
+    written there and a replaced run's files removed there; a file that is a link would be written through.
+    ``out`` itself may be a link: it names the folder restored into.
+
+    Raises:
+        ArchiveError: naming the first link found; nothing has been written.
+    """
+    looked: set[Path] = set()
+    for path in paths:
+        place = out
+        for part in path.relative_to(out).parts:
+            place = place / part
+            if place in looked:
+                continue
+            looked.add(place)
+            if place.is_symlink():  # lstat: the link itself, wherever it leads
+                raise ArchiveError(f"{place}: a symbolic link; unpack writes and removes nothing through a link "
+                                   "below --out (replace the link by the folder or file itself); nothing unpacked")
+            if not place.exists():
+                break  # nothing below a place that is not there
 
 
 def _check_target(out: Path, name: str) -> Path:
@@ -185,7 +212,8 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
     Raises:
         ArchiveError: unreadable archive, a manifest of the wrong shape or over :data:`MAX_TOTAL_BYTES`, an unsafe,
             unexpected or altered member, ``out`` or a place below it taken by something that is not a folder
-            (or file), one of ``runs`` that the archive does not hold, or (without ``overwrite``) a run file
+            (or file), a symbolic link below ``out`` that a file would be written or removed through (or a file
+            that is one), one of ``runs`` that the archive does not hold, or (without ``overwrite``) a run file
             already under ``out``. Nothing is written in any of these cases.
     """
     source, out = Path(source), Path(out)
@@ -194,16 +222,20 @@ def unpack(source: str | Path, out: str | Path, overwrite: bool = False,
                            "already there is replaced)")
     if out.exists() and not out.is_dir():
         raise ArchiveError(f"{out}: exists and is not a folder; --out names the folder to restore into")
-    manifest = read_members(source, out, max_total_bytes=MAX_TOTAL_BYTES)  # all checked before anything is written
-    names = list(manifest["files"])
+    listed = read_manifest(source)  # its names are checked here; every member is checked against it below
+    names = list(listed["files"])
     if runs is not None:
-        chosen = _chosen_runs(manifest, runs, source)
+        chosen = _chosen_runs(listed, runs, source)
         names = [name for name in names if split_name(name, source)[0] in chosen]
+    folders = sorted({split_name(name, source)[0] for name in names})
+    places = [out.joinpath(*PurePosixPath(name).parts) for name in names]
+    carried = set(places)
+    left = {run: [f for f in _state_files(out / run) if f not in carried] for run in folders}
+    # before the members' check, which would blame the archive for a link that leads out of ``out``
+    _refuse_links(out, [*places, *map(_partial, places), *(f for files in left.values() for f in files)])
+    manifest = read_members(source, out, max_total_bytes=MAX_TOTAL_BYTES)  # all checked before anything is written
     targets = {name: _check_target(out, name) for name in names}
     skipped = set(manifest["files"]) - set(names)
-    folders = sorted({split_name(name, source)[0] for name in names})
-    carried = set(targets.values())
-    left = {run: [f for f in _state_files(out / run) if f not in carried] for run in folders}
     existing = [t for t in targets.values() if t.exists()] + [f for files in left.values() for f in files]
     if existing and not overwrite:
         raise ArchiveError(f"{existing[0]} exists; unpack into an empty folder or pass --overwrite "
@@ -325,7 +357,9 @@ def _write_partials(source: Path, out: Path, targets: dict[str, Path],
             return open(os.devnull, "wb")  # read through for its SHA-256 check, written nowhere
         if name not in targets:
             raise ArchiveError(f"{source}: changed while it was unpacked; nothing written")
-        return _partial(targets[name]).open("wb")
+        # O_NOFOLLOW: a link put at the partial file's name since the check is not written through
+        descriptor = os.open(_partial(targets[name]), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+        return os.fdopen(descriptor, "wb")
 
     try:
         for folder in created:

@@ -11,6 +11,7 @@ every problem raises :class:`ConfigError` naming the field.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from pathlib import Path
 from typing import Any, Union
@@ -31,6 +32,10 @@ from rpm_lib.training.config_values import (COMPILE_MODES, COMPILE_SCOPES, DATA_
 from rpm_lib.training.objectives import OBJECTIVES
 from rpm_lib.training.setups import SETUPS, STAGE_KINDS, setup_help
 
+#: The field a value error names first (``config field 'lr': ...``, ``config fields 'a' and 'b': ...``).
+_NAMED_FIELD = re.compile(r"config fields? '([^']+)'")
+
+
 @dataclasses.dataclass
 class TrainConfig:
     """Everything one training run needs. Paper defaults for I-RAVEN (batch 128, lr 0.002, <= 100 epochs).
@@ -48,6 +53,10 @@ class TrainConfig:
                          "interrupted one restarts from its last.ckpt)", "run", RUN_CONTROL)
     overwrite: bool = field(False, "delete existing checkpoints/results in run_dir instead of refusing to start",
                             "run", RUN_CONTROL)
+    restart_stage: bool = field(False, "when resuming: a stage whose progress.json records steps but whose "
+                                "checkpoints/<stage>/last.ckpt is missing or damaged trains again from step 0 (a note; "
+                                "recorded as 'restarted' in its progress.json entry) instead of being refused; a "
+                                "stage with a good last.ckpt resumes from it all the same", "run", RUN_CONTROL)
     progress_bar: bool = field(True, "show progress bars (turn off for headless / SLURM logs)", "run", RUN_CONTROL)
     save_predictions: bool = field(True, "write per-sample test predictions to <run_dir>/predictions.npz", "run",
                                    RUN_CONTROL)
@@ -262,8 +271,16 @@ class TrainConfig:
     def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "TrainConfig":
         """Read a YAML file (a mapping of fields), then apply ``key=value`` overrides."""
         values = read_yaml_mapping(path)
-        values.update(parse_overrides(overrides or []))
-        return cls.from_dict(values, source=str(path))
+        overridden = parse_overrides(overrides or [])
+        values.update(overridden)
+        try:
+            return cls.from_dict(values, source=str(path))
+        except ConfigError as error:
+            # a value the file gave (a hand-edited or truncated config.yaml of a run folder): name the file
+            named = _NAMED_FIELD.match(str(error))
+            if named is None or named.group(1) in overridden:
+                raise
+            raise ConfigError(f"config file {path}: {error}") from None
 
     def with_overrides(self, overrides: list[str] | dict[str, Any]) -> "TrainConfig":
         """A copy with ``["key=value", ...]`` (values parsed as YAML) or a dict of values applied."""
@@ -298,6 +315,8 @@ class TrainConfig:
         error: a YAML may keep them for the machine or the run where they apply)."""
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         notes = []
+        if self.restart_stage and not self.resume:
+            notes.append("restart_stage=true takes effect only with resume=true")
         if not self.compile:
             changed = [f"{name}={getattr(self, name)}" for name in ("compile_scope", "compile_mode")
                        if getattr(self, name) != defaults[name]]

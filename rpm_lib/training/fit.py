@@ -3,7 +3,8 @@
 A stage fits its ``Trainer`` (from its ``last.ckpt`` when resuming), reloads its best weights (``restore_best``)
 and is summarised for ``progress.json``. Checkpoints come from run folders that people share: they are read with
 ``weights_only`` (never code) and must hold exactly the model's weights, and a resume point what Lightning resumes
-from (:func:`check_fits`), or the run stops in one line.
+from (:func:`check_fits`), or the run stops in one line. A stage whose steps ``progress.json`` records is never
+started again at step 0 without being asked (:func:`resume_point`, ``restart_stage``).
 """
 from __future__ import annotations
 
@@ -30,9 +31,21 @@ from rpm_lib.training.time_budget import Deadline, TimeBudgetReached, TimeBudget
 from rpm_lib.training.trainer import make_trainer
 
 
+#: What a reloaded checkpoint's refusal advises (a finished stage's weights).
+RELOAD_ADVICE = "delete it (and the run's progress.json) or use overwrite=true"
+
+
+def restart_choices(stage: str) -> str:
+    """What a refusal to resume stage ``stage`` from its ``last.ckpt`` (missing, damaged, another's) offers."""
+    return (f"restore it, pass restart_stage=true to train stage {stage} again from step 0, or overwrite=true to "
+            "start the whole run again")
+
+
 def run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodule: RpmDataModule, run_dir: Path,
-               callbacks: Sequence[L.Callback], deadline: Deadline | None = None) -> tuple[L.Trainer, dict[str, Any]]:
-    """Fit one stage (resuming its ``last.ckpt`` when asked) and summarise it.
+              callbacks: Sequence[L.Callback], deadline: Deadline | None = None,
+              resume_from: Path | None = None) -> tuple[L.Trainer, dict[str, Any]]:
+    """Fit one stage, from ``resume_from`` (its ``last.ckpt`` as :func:`resume_point` checked it) or from step 0,
+    and summarise it.
 
     Raises:
         TimeBudgetReached: ``deadline`` stopped the stage; its resumable ``last.ckpt`` is written.
@@ -40,12 +53,9 @@ def run_stage(config: TrainConfig, plan: StagePlan, module: RpmModule, datamodul
     stage_dir = run_dir / CHECKPOINTS / plan.name
     last = stage_dir / "last.ckpt"
     trainer, checkpoint, early_stopping = make_trainer(config, plan, stage_dir, callbacks, deadline)
-    if config.resume and last.is_file():
-        # a damaged or foreign file is one line here, not Lightning's traceback
-        check_fits(module, load_checkpoint(last), last, resume_point_of=plan.name)
     began = time.perf_counter()
     # weights_only: a shared run folder's last.ckpt is untrusted input (never unpickle code from it).
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(last) if config.resume and last.is_file() else None,
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from is not None else None,
                 weights_only=True)
     if trainer.interrupted:
         raise RuntimeError(f"stage {plan.name} was interrupted; rerun with resume=true to continue")
@@ -104,12 +114,45 @@ def _progress_from_checkpoint(path: Path) -> tuple[int, int, float | None, int]:
     return int(checkpoint["epoch"]) + 1, int(checkpoint["global_step"]), score, stopped_epoch
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A Lightning checkpoint read with ``weights_only=True``: tensors and plain containers only, never code.
+def load_checkpoint(path: Path, advice: str = RELOAD_ADVICE) -> dict[str, Any]:
+    """A Lightning checkpoint read with ``weights_only=True``: tensors and plain containers only, never code
+    (``advice`` ends the one line that refuses a file that is not one).
 
     Checkpoints come from run folders that people share; unpickling arbitrary objects would run their code.
     """
-    return load_plain(path, ConfigError, "delete it (and the run's progress.json) or use overwrite=true")
+    return load_plain(path, ConfigError, advice)
+
+
+def resume_point(config: TrainConfig, module: RpmModule, stage: str, run_dir: Path,
+                 recorded_step: int) -> tuple[Path | None, str | None]:
+    """Where stage ``stage`` goes on: its ``last.ckpt`` (checked to fit ``module`` and to be that stage's resume
+    point) or step 0 (None); and, when ``restart_stage`` makes it start again, why (else None).
+
+    Without ``resume`` the stage starts at step 0. So does one with no ``last.ckpt`` whose ``progress.json`` entry
+    records no step (``recorded_step`` 0: a stage not begun, or one stopped before its first step): nothing is
+    lost. A stage that recorded steps but has no ``last.ckpt``, or whose ``last.ckpt`` is damaged or not its own,
+    is refused unless ``restart_stage``: starting it at step 0 would lose those steps without a word.
+
+    Raises:
+        ConfigError: one line naming the file and the choices (:func:`restart_choices`).
+    """
+    last = run_dir / CHECKPOINTS / stage / "last.ckpt"
+    if not config.resume:
+        return None, None
+    if not (last.exists() or last.is_symlink()):
+        if not recorded_step:
+            return None, None
+        problem = f"resume: {last} is missing, but {run_dir / PROGRESS} records stage {stage} at step {recorded_step}"
+    else:
+        try:
+            # a damaged or foreign file is one line here, not Lightning's traceback
+            check_fits(module, load_checkpoint(last, ""), last, resume_point_of=stage, advice="")
+            return last, None
+        except ConfigError as error:
+            problem = str(error)
+    if not config.restart_stage:
+        raise ConfigError(f"{problem}; {restart_choices(stage)}")
+    return None, problem
 
 
 def load_weights(module: RpmModule, path: Path) -> None:
@@ -124,16 +167,16 @@ def load_weights(module: RpmModule, path: Path) -> None:
 RESUME_POINT_KEYS = ("epoch", "global_step", "pytorch-lightning_version", "loops", "optimizer_states")
 
 
-def check_fits(module: RpmModule, checkpoint: dict[str, Any], path: Path, resume_point_of: str | None = None) -> None:
+def check_fits(module: RpmModule, checkpoint: dict[str, Any], path: Path, resume_point_of: str | None = None,
+               advice: str = RELOAD_ADVICE) -> None:
     """One line unless ``checkpoint`` holds exactly ``module``'s weights (names and shapes), and, for the resume
     point of stage ``resume_point_of``, what Lightning resumes from, written by that stage.
 
     Raises:
-        ConfigError: ``resume: checkpoint <path> does not fit this run (...)``.
+        ConfigError: ``resume: checkpoint <path> does not fit this run (...)[; advice]``.
     """
     def refuse(why: str) -> ConfigError:
-        return ConfigError(f"resume: checkpoint {path} does not fit this run ({why}); delete it (and the run's "
-                           "progress.json) or use overwrite=true")
+        return ConfigError(f"resume: checkpoint {path} does not fit this run ({why}){'; ' + advice if advice else ''}")
 
     expected = {name: tuple(value.shape) for name, value in module.state_dict().items()}
     found = {name: tuple(value.shape) if isinstance(value, torch.Tensor) else None
@@ -186,17 +229,45 @@ def train_stages(config: TrainConfig, plans: list[StagePlan], module: RpmModule,
         if done and done.get("completed"):
             load_weights(module, inside_run_dir(run_dir, done.get("weights")))
             continue
-        last = run_dir / CHECKPOINTS / plan.name / "last.ckpt"
-        if done and done.get("global_step") and not last.is_file() and record.writer:
-            print(f"rpm-train: note: {last} is missing, so stage {plan.name} starts again at step 0 "
-                  f"({run_dir / PROGRESS} recorded step {done['global_step']})", file=sys.stderr)
+        recorded_step = int((done or {}).get("global_step") or 0)
+        resume_from, problem = resume_point(config, module, plan.name, run_dir, recorded_step)
+        if problem is not None:
+            done = _restart(plan.name, run_dir, problem, recorded_step, stages, record)
+        # a stage restarted in an earlier slice keeps saying so once it goes on or finishes
+        restarted = {"restarted": done["restarted"]} if done and "restarted" in done else {}
         try:
-            trainer, stages[plan.name] = run_stage(config, plan, module, datamodule, run_dir, callbacks, deadline)
+            trainer, summary = run_stage(config, plan, module, datamodule, run_dir, callbacks, deadline, resume_from)
         except TimeBudgetReached as stop:
             step = stop.global_step if stop.global_step is not None else int((done or {}).get("global_step", 0))
-            stages[plan.name] = {"name": plan.name, "completed": False, "global_step": step}
+            stages[plan.name] = {"name": plan.name, "completed": False, "global_step": step, **restarted}
             return trainer, datamodule, record.unfinished(config, plan.name, stages, began,
                                                           deadline.stop_requested(), deadline.first_step_s)
+        stages[plan.name] = {**summary, **restarted}
         if trainer.is_global_zero:
             record.write(stages)
     return trainer, datamodule, None
+
+
+def _restart(stage: str, run_dir: Path, problem: str, recorded_step: int, stages: dict[str, Any],
+             record: ProgressRecord) -> dict[str, Any]:
+    """Start ``stage`` again at step 0 (``restart_stage=true``): say so in one line and record it in
+    ``progress.json`` before training, so that its entry and slices never read as if the stage had gone on;
+    returns the stage's new entry.
+
+    A damaged ``last.ckpt`` is removed: the stage's first epoch would replace it, and until then a later resume
+    would read it again.
+    """
+    last = run_dir / CHECKPOINTS / stage / "last.ckpt"
+    damaged = last.is_file() or last.is_symlink()
+    entry = {"name": stage, "completed": False, "global_step": 0,
+             "restarted": {"slice": len(record.progress.get("slices") or []) + 1, "lost_global_step": recorded_step,
+                           "last_ckpt": "damaged" if damaged else "missing", "by": "restart_stage=true"}}
+    stages[stage] = entry
+    if record.writer:
+        if damaged:
+            last.unlink(missing_ok=True)
+        print(f"rpm-train: note: {problem}; stage {stage} starts again at step 0 (restart_stage=true"
+              f"{'; the damaged file removed' if damaged else ''}), recorded in {run_dir / PROGRESS}",
+              file=sys.stderr)
+        record.write(stages)
+    return entry

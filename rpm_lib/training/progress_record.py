@@ -23,7 +23,8 @@ class ProgressRecord:
     Layout::
 
         {"status": "finished" | "unfinished",
-         "stages": {name: summary},           # summary["completed"] is false for a stage a budget cut short
+         "stages": {name: summary},           # summary["completed"] is false for a stage a budget cut short;
+                                              # summary["restarted"]: restart_stage=true began it again at step 0
          "data_fingerprint": "sha256-pieces-v1:...",   # every array file, pixels included
          "data_problems": "sha256-problems-v1:...",    # a cache's arrays but its pixels (absent for raw files)
          "data_opencv": {"rendered": "5.0.0", "resized": "5.0.0"},

@@ -139,7 +139,8 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path,
             return finished  # its config.yaml stays the one its results came from
         if rank == 0:
             # Stored without the run-control flags, so `rpm-train --config <run_dir>/config.yaml` re-runs it as is.
-            dataclasses.replace(config, resume=False, overwrite=False, time_budget=None).to_yaml(run_dir / CONFIG)
+            dataclasses.replace(config, resume=False, overwrite=False, restart_stage=False,
+                                time_budget=None).to_yaml(run_dir / CONFIG)
         stages: dict[str, Any] = dict(progress.get("stages", {}))
         record = ProgressRecord(run_dir, progress, rank == 0, config.data_check, call)
         trainer, datamodule, unfinished = train_stages(config, plans, module, stages, record, callbacks, deadline,

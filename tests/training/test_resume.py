@@ -163,6 +163,88 @@ def test_a_damaged_resume_checkpoint_is_one_line_without_unsafe_advice(tiny_conf
     message = str(error.value)
     assert message.startswith(f"checkpoint {last}: not loadable as plain weights") and reason in message, message
     assert "weights_only=False" not in message and "\n" not in message
+    # the stage had recorded steps: the same choices as for a missing file
+    assert message.endswith(f"; {_CHOICES}"), message
+
+
+#: The choices a refusal to resume stage supervised from its last.ckpt offers.
+_CHOICES = ("restore it, pass restart_stage=true to train stage supervised again from step 0, or overwrite=true to "
+            "start the whole run again")
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    """The run's files and their bytes, but the lock (each call writes its holder there)."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name != RUN_LOCK}
+
+
+def test_a_stage_whose_recorded_steps_have_no_last_ckpt_is_refused_not_started_again(
+        tiny_config: Callable[..., TrainConfig]) -> None:
+    # found: the stage started again at step 0 after a note, its steps lost and progress.json's slices reading as
+    # if it had gone on
+    resumed = _stopped_run(tiny_config)
+    run_dir = Path(resumed.run_dir)
+    last = run_dir / "checkpoints" / "supervised" / "last.ckpt"
+    last.unlink()
+    before = _files(run_dir)
+    step = json.loads((run_dir / "progress.json").read_text())["stages"]["supervised"]["global_step"]
+    assert step > 0
+    with pytest.raises(ConfigError) as error:
+        train(resumed)
+    assert str(error.value) == (f"resume: {last} is missing, but {run_dir / 'progress.json'} records stage "
+                                f"supervised at step {step}; {_CHOICES}")
+    assert _files(run_dir) == before
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_restart_stage_trains_the_stage_again_from_step_0_and_records_it(tiny_config: Callable[..., TrainConfig],
+                                                                         capsys: pytest.CaptureFixture[str],
+                                                                         damage: str) -> None:
+    resumed = _stopped_run(tiny_config)
+    run_dir = Path(resumed.run_dir)
+    last = run_dir / "checkpoints" / "supervised" / "last.ckpt"
+    step = json.loads((run_dir / "progress.json").read_text())["stages"]["supervised"]["global_step"]
+    if damage == "missing":
+        last.unlink()
+    else:
+        last.write_bytes(last.read_bytes()[:2000])
+    capsys.readouterr()
+    metrics = train(TrainConfig(**{**resumed.to_dict(), "restart_stage": True}))
+    assert metrics["status"] == "finished"
+    err = [line for line in capsys.readouterr().err.splitlines() if "restart_stage" in line]
+    assert len(err) == 1 and err[0].startswith("rpm-train: note: ") and str(last) in err[0], err
+    assert "stage supervised starts again at step 0 (restart_stage=true" in err[0], err
+    assert ("the damaged file removed" in err[0]) is (damage == "truncated"), err
+    entry = json.loads((run_dir / "progress.json").read_text())["stages"]["supervised"]
+    # trained again from step 0: as many steps as the first time, and the history holds this attempt's epochs once
+    assert entry["completed"] is True and entry["global_step"] == step
+    history = (run_dir / "history.csv").read_text().splitlines()[1:]
+    assert [line.split(",")[:2] for line in history] == [["supervised", "0"], ["supervised", "1"]], history
+    assert entry["restarted"] == {"slice": 2, "lost_global_step": step,
+                                  "last_ckpt": "missing" if damage == "missing" else "damaged",
+                                  "by": "restart_stage=true"}
+    assert metrics["stages"][0]["restarted"] == entry["restarted"]
+    assert last.is_file()  # the restarted stage's own resume point
+
+
+def test_a_stage_without_recorded_steps_still_starts_or_resumes_as_before(tiny_config: Callable[..., TrainConfig],
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # a run killed in its first stage (SIGKILL) has no entry for it: with a last.ckpt it resumes from it, without
+    # one it starts at step 0 -- no steps were recorded, so none are lost
+    resumed = _stopped_run(tiny_config)
+    run_dir = Path(resumed.run_dir)
+    progress = json.loads((run_dir / "progress.json").read_text())
+    del progress["stages"]["supervised"]
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    assert train(resumed)["status"] == "finished"
+    progress["status"] = "unfinished"
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    (run_dir / "metrics.json").unlink()
+    (run_dir / "checkpoints" / "supervised" / "last.ckpt").unlink()
+    capsys.readouterr()
+    metrics = train(resumed)
+    assert metrics["status"] == "finished" and "restarted" not in metrics["stages"][0]
+    assert "restart" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content", ["[1, 2]", '{"stages": [1]}', '{"stages": {"supervised": 3}}'])

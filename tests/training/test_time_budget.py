@@ -518,17 +518,33 @@ def test_a_folder_in_the_place_of_the_stop_request_is_one_line(tiny_config: Call
 
 def test_resuming_says_what_it_cannot_use(tmp_path: Path, fake_clock: Callable[[], None],
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    # Regression: both cases went on without a word.
+    # Regression: both cases went on without a word. A stage whose resume point is gone is refused (it used to
+    # start again at step 0 with a note, its slices reading as if it had gone on); restart_stage=true restarts it.
     fields = _fields("ce", tmp_path / "data")
     fake_clock()
     stopped = train(TrainConfig(run_dir=str(tmp_path / "run"), time_budget=12.0, **fields))
     assert stopped["status"] == "unfinished" and stopped["global_step"] > 0
-    (tmp_path / "run" / "checkpoints" / "supervised" / "last.ckpt").unlink()
+    last = tmp_path / "run" / "checkpoints" / "supervised" / "last.ckpt"
+    last.unlink()
     capsys.readouterr()
+    with pytest.raises(ConfigError, match=f"resume: {last} is missing, but .* records stage supervised at step "
+                                          f"{stopped['global_step']}; restore it, pass restart_stage=true"):
+        train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields))
+    again = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, restart_stage=True, time_budget=12.0,
+                              **fields))
+    assert again["status"] == "unfinished" and again["global_step"] == stopped["global_step"]  # from step 0
+    assert (f"{last} is missing, but {tmp_path / 'run' / 'progress.json'} records stage supervised at step "
+            f"{stopped['global_step']}; stage supervised starts again at step 0 (restart_stage=true)"
+            ) in capsys.readouterr().err
+    restarted = {"slice": 2, "lost_global_step": stopped["global_step"], "last_ckpt": "missing",
+                 "by": "restart_stage=true"}
+    progress = json.loads((tmp_path / "run" / "progress.json").read_text())
+    assert progress["stages"]["supervised"]["restarted"] == restarted
+    # the restarted stage goes on from its own last.ckpt, and its entry keeps saying that it was restarted
     finished = train(TrainConfig(run_dir=str(tmp_path / "run"), resume=True, **fields))
-    assert finished["status"] == "finished"
-    assert (f"last.ckpt is missing, so stage supervised starts again at step 0 "
-            f"({tmp_path / 'run' / 'progress.json'} recorded step {stopped['global_step']})") in capsys.readouterr().err
+    assert finished["status"] == "finished" and "restart" not in capsys.readouterr().err
+    progress = json.loads((tmp_path / "run" / "progress.json").read_text())
+    assert progress["stages"]["supervised"]["restarted"] == restarted and len(progress["slices"]) == 3
 
     # More epochs for a finished run: its results stay, and so does its config.yaml.
     config_yaml = (tmp_path / "run" / "config.yaml").read_text()

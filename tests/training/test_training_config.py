@@ -85,6 +85,18 @@ def test_unknown_key_suggests_the_field(tmp_path: Path) -> None:
         parse_overrides(["batch_size"])
 
 
+def test_a_bad_value_in_a_config_file_names_the_file_and_one_from_the_command_line_does_not(tmp_path: Path) -> None:
+    # found: a truncated run-folder config.yaml ("head_views: sin") was refused without naming the file
+    path = tmp_path / "config.yaml"
+    path.write_text("head_views: sin\n")
+    with pytest.raises(ConfigError) as error:
+        TrainConfig.from_yaml(path)
+    assert str(error.value).startswith(f"config file {path}: config field 'head_views': 'sin' is not one of")
+    with pytest.raises(ConfigError) as error:
+        TrainConfig.from_yaml(tmp_path / "config.yaml", ["head_views=sin"])
+    assert str(error.value).startswith("config field 'head_views'")
+
+
 def test_shipped_training_configs_are_valid() -> None:
     # configs/ also holds rpm-batch grid files (another format); these three are TrainConfig files.
     configs = {name: TrainConfig.from_yaml(REPO / "configs" / f"{name}.yaml") for name in ("iraven", "pgm", "tiny")}
@@ -163,6 +175,8 @@ def test_settings_that_change_nothing_are_named() -> None:
     assert on_cpu.unused_settings() == ["compile_mode=reduce-overhead replays CUDA graphs only on a CUDA GPU; here "
                                         "the step is compiled without them"]
     assert TrainConfig(compile=True, compile_scope="step").unused_settings() == []
+    assert TrainConfig(restart_stage=True).unused_settings() == ["restart_stage=true takes effect only with resume=true"]
+    assert TrainConfig(restart_stage=True, resume=True).unused_settings() == []
 
 
 #: The three field classes as they were listed by hand before the fields carried them (training/run.py and
@@ -171,14 +185,14 @@ _RESUMABLE_CHANGES = {
     "resume", "overwrite", "progress_bar", "num_workers", "log_every_n_steps", "save_predictions", "accelerator",
     "devices", "num_nodes", "strategy", "max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps",
     "patience", "min_delta", "limit_test_batches", "generate_workers", "test_data_roots", "time_budget", "compile",
-    "compile_scope", "compile_mode", "fused_adam", "logger", "data_root", "run_dir", "data_check",
+    "compile_scope", "compile_mode", "fused_adam", "logger", "data_root", "run_dir", "data_check", "restart_stage",
 }
 _FINISHED_RUN_IGNORES = {"max_epochs", "linear_eval_epochs", "finetune_epochs", "max_steps", "patience", "min_delta"}
 _NOT_COMPARED = {
     "run_dir", "seed", "resume", "overwrite", "progress_bar", "save_predictions", "log_every_n_steps", "logger",
     "time_budget", "data_root", "data_check", "test_data_roots", "generate", "generate_workers", "num_workers",
     "accelerator", "devices", "num_nodes", "strategy", "precision", "matmul_precision", "memory_format",
-    "deterministic", "fused_adam", "compile", "compile_scope", "compile_mode",
+    "deterministic", "fused_adam", "compile", "compile_scope", "compile_mode", "restart_stage",
 }
 
 
