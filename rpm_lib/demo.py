@@ -158,18 +158,28 @@ QUICK_TRAIN_OVERRIDES: dict = {"max_epochs": 1, "linear_eval_epochs": 1, "finetu
                                "limit_val_batches": 1, "batch_size": 4}
 
 
+#: Largest executed notebook read back (its figures are inline PNGs: a few MB for the demo's).
+NOTEBOOK_MAX_BYTES = 256 << 20
+
+
 def _executed_ok(path: Path) -> bool:
-    """True when ``path`` is an executed notebook with no error output (a finished earlier run)."""
-    import json
+    """True when ``path`` is an executed notebook with no error output (a finished earlier run); False for a missing,
+    unreadable or malformed one (over :data:`NOTEBOOK_MAX_BYTES`, too deep, cells or outputs of other types), which
+    is executed again."""
+    from rpm_lib.json_files import read_object
 
     if not path.is_file():
         return False
     try:
-        notebook = json.loads(path.read_text())
-    except ValueError:
+        notebook = read_object(path, ValueError, max_bytes=NOTEBOOK_MAX_BYTES, fields={"cells": list})
+    except (OSError, ValueError):
         return False
-    return not any(output.get("output_type") == "error"
-                   for cell in notebook.get("cells", []) for output in cell.get("outputs", []))
+    cells = notebook.get("cells", [])
+    if not all(isinstance(cell, dict) and isinstance(cell.get("outputs", []), list) for cell in cells):
+        return False
+    outputs = [output for cell in cells for output in cell.get("outputs", [])]
+    return all(isinstance(output, dict) for output in outputs) and not any(
+        output.get("output_type") == "error" for output in outputs)
 
 
 def step_explore(ctx: DemoContext) -> None:
@@ -225,27 +235,59 @@ def _percent(fraction: float | None) -> str:
 
 
 def demo_summary(ctx: DemoContext) -> list[dict]:
-    """Per training run of the batch: setup, test accuracy, test size, p-value vs chance, run folder."""
-    import json
+    """Per training run of the batch: setup, test accuracy, test size, p-value vs chance, run folder.
+
+    Raises:
+        ValueError: a ``metrics.json`` that is not what training writes (one line naming the file and the field).
+    """
+    from rpm_lib.json_files import printable, read_object, shown_value
 
     rows = []
     for metrics_path in sorted((ctx.out / "batch").glob("*/*/metrics.json")):
-        metrics = json.loads(metrics_path.read_text())
-        n = int(metrics["test_num_samples"])
-        correct = round(metrics["test_accuracy"] * n)
-        linear = next((s for s in metrics.get("stages", []) if s.get("name") == "linear"), {})
+        metrics = read_object(metrics_path, ValueError, fields=_METRICS_TYPES)
+        n, fraction = metrics.get("test_num_samples"), metrics.get("test_accuracy")
+        if n is None or n < 1:
+            raise ValueError(f"{metrics_path}: field 'test_num_samples' must be a count >= 1, got {n}")
+        if fraction is None or not 0 <= fraction <= 1:  # NaN too
+            raise ValueError(f"{metrics_path}: field 'test_accuracy' must be a fraction in [0, 1], got {fraction}")
+        per_configuration = metrics.get("test_accuracy_per_configuration_short", {})
+        bad = next((value for value in per_configuration.values() if not _is_fraction(value)), None)
+        if bad is not None:
+            raise ValueError(f"{metrics_path}: field 'test_accuracy_per_configuration_short' must hold fractions in "
+                             f"[0, 1], got {shown_value(bad, 40)}")
+        stages = metrics.get("stages", [])
+        bad = next((stage for stage in stages if not isinstance(stage, dict)), None)
+        if bad is not None:
+            raise ValueError(f"{metrics_path}: field 'stages' must hold objects, got {shown_value(bad, 40)}")
+        linear = next((s for s in stages if s.get("name") == "linear"), {})
+        linear_accuracy = linear.get("best_val_accuracy") if metrics.get("config", {}).get("finetune") else None
+        if linear_accuracy is not None and not _is_fraction(linear_accuracy):
+            raise ValueError(f"{metrics_path}: field 'stages' (linear): 'best_val_accuracy' must be a fraction in "
+                             f"[0, 1], got {shown_value(linear_accuracy, 40)}")
         rows.append({
             "run": metrics_path.parent,
-            "setup": metrics.get("setup_label", metrics.get("setup", "?")),
-            "encoder": metrics.get("encoder", "?"),
-            "accuracy": float(metrics["test_accuracy"]),
+            # table cells: control characters (a line break would split a row) escaped, long text cut
+            "setup": printable(metrics.get("setup_label", metrics.get("setup", "?"))),
+            "encoder": printable(metrics.get("encoder", "?")),
+            "accuracy": float(fraction),
             "n": n,
-            "p_value": _binomial_p_value(correct, n),
-            "per_configuration": metrics.get("test_accuracy_per_configuration_short", {}),
+            "p_value": _binomial_p_value(round(fraction * n), n),
+            "per_configuration": per_configuration,
             # The paper's protocol result of a contrastive run that is fine-tuned afterwards (None otherwise).
-            "linear_val_accuracy": linear.get("best_val_accuracy") if metrics.get("config", {}).get("finetune") else None,
+            "linear_val_accuracy": linear_accuracy,
         })
     return rows
+
+
+#: The types of the ``metrics.json`` fields the summary reads, where present.
+_METRICS_TYPES: dict[str, type | tuple[type, ...]] = {
+    "test_num_samples": int, "test_accuracy": (int, float), "stages": list, "config": dict, "setup": str,
+    "setup_label": str, "encoder": str, "test_accuracy_per_configuration_short": dict,
+}
+
+
+def _is_fraction(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
 def step_index(ctx: DemoContext) -> None:

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from rpm_lib import rules
+from rpm_lib.json_files import read_object, shown_value
 from rpm_lib.results import markdown_table, write_csv
 from rpm_lib.run_folder import CONFIG, METRICS, PREDICTIONS
 
@@ -133,15 +134,42 @@ class RunFiles:
     predictions: dict[str, Any] | None
 
 
+#: The types of the ``metrics.json`` fields the notebooks read, where present (``rpm_lib.training`` writes them so).
+METRICS_TYPES: dict[str, type | tuple[type, ...]] = {
+    "encoder": str, "setup": str, "setup_label": str, "dataset": str, "config": dict, "stages": list,
+    "test_sets": list,
+    **{f"{split}_{name}": kind for split in ("val", "test") for name, kind in (
+        ("accuracy", (int, float)), ("loss", (int, float)), ("num_samples", int), ("accuracy_per_configuration", dict),
+        ("accuracy_per_configuration_short", dict), ("num_samples_per_configuration", dict),
+        ("accuracy_per_regime", dict), ("rules", dict))},
+}
+
+
+def _check_metric_tables(metrics: dict[str, Any], path: Path) -> None:
+    """Refuse a per-configuration or per-regime table of ``metrics`` whose keys are not the group names or whose
+    values are not numbers (they are plotted and summed: a text "0.5" would print as a 50-fold repetition)."""
+    names = {"accuracy_per_configuration": rules.CONFIGURATIONS, "num_samples_per_configuration": rules.CONFIGURATIONS,
+             "accuracy_per_configuration_short": tuple(rules.SHORT_NAMES.values()),
+             "accuracy_per_regime": rules.PGM_REGIMES}
+    for split in ("val", "test"):
+        for name, known in names.items():
+            field = f"{split}_{name}"
+            for key, value in metrics.get(field, {}).items():
+                if key not in known or isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"{path}: field {field!r}: entry {shown_value(key)} must be one of "
+                                     f"{list(known)} with a number, got {shown_value(value, 40)}")
+
+
 def open_run(run_dir: str | Path) -> RunFiles:
     """Load a finished run folder (``run_dir`` relative to the project root or absolute).
 
     Raises:
         FileNotFoundError: the folder, its ``config.yaml`` or its ``metrics.json`` (the run has not finished)
         is missing; the message names the file.
+        ValueError: a ``metrics.json`` that is not a JSON object of the fields training writes (over
+            ``rpm_lib.json_files.MAX_BYTES``, nested deeper than a record, a field of another type: one line
+            naming the file and the field).
     """
-    import json
-
     import numpy as np
 
     from rpm_lib.training import TrainConfig
@@ -155,7 +183,9 @@ def open_run(run_dir: str | Path) -> RunFiles:
     if predictions_path.is_file():
         with np.load(predictions_path, allow_pickle=False) as data:
             predictions = {key: data[key] for key in data.files}
-    return RunFiles(path, TrainConfig.from_yaml(path / CONFIG), json.loads((path / METRICS).read_text()), predictions)
+    metrics = read_object(path / METRICS, ValueError, fields=METRICS_TYPES)
+    _check_metric_tables(metrics, path / METRICS)
+    return RunFiles(path, TrainConfig.from_yaml(path / CONFIG), metrics, predictions)
 
 
 def accuracy_report(metrics: dict[str, Any], config: Any, output_dir: str | Path | None = None,

@@ -77,3 +77,51 @@ def test_demo_refuses_an_empty_step_list(capsys: pytest.CaptureFixture[str], tmp
     except SystemExit as stopped:
         code = stopped.code
     assert code == 2, capsys.readouterr()
+
+
+DEEP = '{"a": ' * 100_000 + "1" + "}" * 100_000  # json.loads alone: a RecursionError
+
+
+def _summary_of(tmp_path: Path, metrics_text: str) -> list[dict]:
+    from rpm_lib import demo
+
+    run = tmp_path / "out" / "batch" / "main" / "setup-ce__seed-0"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(metrics_text)
+    return demo.demo_summary(demo.DemoContext(out=tmp_path / "out", data=tmp_path / "data", cache=tmp_path / "c"))
+
+
+@pytest.mark.parametrize("metrics_text, shown", [
+    (DEEP, "nested deeper than 200 levels"),
+    ('{"test_num_samples": "70", "test_accuracy": 0.5}', "field 'test_num_samples' must be int, got str '70'"),
+    ('{"test_accuracy": 0.5}', "field 'test_num_samples' must be a count >= 1, got None"),  # found: KeyError
+    ('{"test_num_samples": 70, "test_accuracy": 7.5}', "field 'test_accuracy' must be a fraction in [0, 1], got 7.5"),
+    ('{"test_num_samples": 70, "test_accuracy": 0.5, "stages": ["linear"]}',  # found: AttributeError
+     "field 'stages' must hold objects, got 'linear'"),
+    ('{"test_num_samples": 70, "test_accuracy": 0.5, "test_accuracy_per_configuration_short": {"Center": "x"}}',
+     "field 'test_accuracy_per_configuration_short' must hold fractions in [0, 1], got 'x'"),
+])
+def test_a_hostile_metrics_json_is_one_line_naming_file_and_field(tmp_path: Path, metrics_text: str,
+                                                                   shown: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        _summary_of(tmp_path, metrics_text)
+    message = str(caught.value)
+    assert message.startswith(str(tmp_path / "out" / "batch" / "main" / "setup-ce__seed-0" / "metrics.json"))
+    assert shown in message and "\n" not in message, message
+
+
+def test_a_setup_label_cannot_break_the_index_table(tmp_path: Path) -> None:
+    row, = _summary_of(tmp_path, json.dumps({"test_num_samples": 70, "test_accuracy": 0.5,
+                                             "setup_label": "CE\n| forged | row |", "encoder": "scl"}))
+    assert "\n" not in row["setup"] and row["setup"].startswith("CE\\n")
+
+
+@pytest.mark.parametrize("text", [DEEP, '{"cells": {"0": {}}}', '{"cells": [{"outputs": "none"}]}',
+                                  '{"cells": [{"outputs": [3]}]}'])
+def test_a_malformed_executed_notebook_is_executed_again_not_a_traceback(tmp_path: Path, text: str) -> None:
+    from rpm_lib import demo
+
+    (tmp_path / "01.ipynb").write_text(text)
+    assert demo._executed_ok(tmp_path / "01.ipynb") is False
+    (tmp_path / "01.ipynb").write_text(json.dumps({"cells": [{"outputs": [{"output_type": "stream"}]}]}))
+    assert demo._executed_ok(tmp_path / "01.ipynb") is True

@@ -271,3 +271,41 @@ def test_every_template_has_a_test():
     tested = {"01_explore_dataset", "02_augmentations", "03_train", "04_evaluate", "05_rule_predictions",
               "06_results_table", "07_reproduction_cpu", "08_generalisation", "09_pretrained"}
     assert {p.stem for p in TEMPLATES.glob("*.ipynb")} == tested
+
+
+def _run_folder(path: Path, metrics_text: str) -> Path:
+    """A finished run folder (default config) whose metrics.json holds ``metrics_text``."""
+    from rpm_lib.training import TrainConfig
+
+    path.mkdir()
+    TrainConfig().to_yaml(path / "config.yaml")
+    (path / "metrics.json").write_text(metrics_text)
+    return path
+
+
+@pytest.mark.parametrize("metrics_text, shown", [
+    ('{"a": ' * 100_000 + "1" + "}" * 100_000, "nested deeper than 200 levels"),  # found: RecursionError
+    ('{"test_accuracy": "0.9"}', "field 'test_accuracy' must be int or float, got str '0.9'"),
+    ('{"test_sets": {"A-Size": {}}}', "field 'test_sets' must be list, got dict"),
+    # found: plotted as the text "0.9" repeated 100 times; then a KeyError for an unknown configuration
+    ('{"test_accuracy_per_regime": {"neutral": "0.9"}}', "field 'test_accuracy_per_regime': entry 'neutral' must be"),
+    ('{"test_num_samples_per_configuration": {"Centre": 2}}', "field 'test_num_samples_per_configuration': entry "
+                                                              "'Centre' must be one of"),
+])
+def test_open_run_refuses_a_hostile_metrics_json_in_one_line(tmp_path, metrics_text, shown):
+    from rpm_lib import notebook
+
+    run = _run_folder(tmp_path / "run", metrics_text)
+    with pytest.raises(ValueError) as caught:
+        notebook.open_run(run)
+    message = str(caught.value)
+    assert message.startswith(f"{run / 'metrics.json'}: ") and shown in message and "\n" not in message, message
+
+
+def test_open_run_reads_what_training_writes(tmp_path):
+    from rpm_lib import notebook
+
+    metrics = {"test_accuracy": 0.5, "test_num_samples": 4, "test_accuracy_per_configuration": {"center_single": 0.5},
+               "test_accuracy_per_configuration_short": {"Center": 0.5}, "test_loss": float("nan"), "test_sets": []}
+    run = notebook.open_run(_run_folder(tmp_path / "run", json.dumps(metrics)))
+    assert run.metrics["test_accuracy_per_configuration"] == {"center_single": 0.5} and run.predictions is None

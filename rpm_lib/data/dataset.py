@@ -113,8 +113,42 @@ class RpmDataset(Dataset):
     def from_cache(self) -> bool:
         return self._cache is not None
 
+    @property
+    def cache_manifest(self) -> dict | None:
+        """The cache's ``manifest.json`` content (None for a folder of problem files)."""
+        return None if self._cache is None else self._cache.manifest
+
+    def stored_panels(self, index: int) -> np.ndarray:
+        """uint8 (16, S, S) panels of sample ``index`` exactly as the folder stores them: file answer order, no
+        resizing or augmentation (a cache's row at its size; a raw file's image, S = 160 for I-RAVEN)."""
+        if self._cache is not None:
+            return self._cache.panels(int(self._rows[index]))
+        from rpm_lib.data.npz import read_npz
+
+        path = self._files[index].path
+        image = read_npz(path, ("image",))["image"]
+        if image.dtype == np.uint8 and image.ndim == 3 and image.shape[0] == 16 and image.shape[1] == image.shape[2]:
+            return np.ascontiguousarray(image)  # what load_raven_npz / load_pgm_npz return for such an image
+        return self._spec.load(path).panels
+
     def __len__(self) -> int:
         return len(self.source_ids)
+
+    def recorded_hashes(self) -> list[bytes | None]:
+        """The hash the folder's record gives for each sample (a cache's ``problem_hashes.npy`` row, a raw folder's
+        ``problem_hashes.json`` entry), unchecked; ``None`` where there is none, or where the file changed (size or
+        time) since it was recorded.
+
+        Raises:
+            DataFormatError: a damaged record (one line naming it).
+        """
+        from rpm_lib.data.problem_hashes import read_raw_record, recorded_entry
+
+        if self._cache is not None:
+            stored = self._cache.problem_hashes
+            return [None] * len(self) if stored is None else [bytes(row) for row in stored[self._rows]]
+        record = read_raw_record(self.root)
+        return [recorded_entry(record, self.root, f.path) for f in self._files]
 
     def problem_hashes(self) -> list[bytes] | None:
         """The 16-byte content hash of every sample's original panels (``problem_hashes.panels_hash``), in sample

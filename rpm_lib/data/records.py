@@ -15,11 +15,10 @@ from shared folders, and a damaged or hand-edited one is refused with one line n
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from rpm_lib.json_files import read_object, write_object
+from rpm_lib.json_files import read_object, shown_value, write_object
 
 #: Written into a generated folder: the settings its problems were made with (seed, mode, regime, split
 #: proportions, generator version, OpenCV version).
@@ -37,6 +36,11 @@ MESH_DRAW = "answer-blind-v1"
 # What a settings record written before regimes existed means for the keys it lacks: such a generator could
 # only write plain I-RAVEN with the 6/2/2 split.
 _SETTINGS_BEFORE_REGIMES = {"regime": "I-RAVEN", "held_out": {}, "mesh": False, "val": 2, "test": 2}
+
+#: The types of ``generator.json``'s fields, as the generator writes them (a hand-edited ``"seed": "3"`` is refused
+#: naming the field, not compared as another seed).
+_SETTINGS_TYPES = {"seed": int, "mode": str, "regime": str, "held_out": dict, "mesh": bool, "val": int, "test": int,
+                   MESH_DRAW_KEY: str, "opencv": str}
 
 #: The fields ``regime.json`` and ``generator.json`` both record, which must agree.
 SHARED_FIELDS = ("regime", "held_out", "mesh", "seed", "mode", "val", "test")
@@ -56,9 +60,10 @@ def read_settings(path: str | os.PathLike) -> dict:
     lacks (before regimes: plain I-RAVEN 6/2/2; a Mesh folder before the answer-blind draw: raven-datasets' draw).
 
     Raises:
-        GeneratorSettingsError: not a JSON object (one line naming the file).
+        GeneratorSettingsError: not a JSON object, or a field of another type than the generator writes (one line
+            naming the file and the field).
     """
-    found = {**_SETTINGS_BEFORE_REGIMES, **read_object(Path(path), GeneratorSettingsError)}
+    found = {**_SETTINGS_BEFORE_REGIMES, **read_object(Path(path), GeneratorSettingsError, fields=_SETTINGS_TYPES)}
     if found.get("mesh") and MESH_DRAW_KEY not in found:
         found[MESH_DRAW_KEY] = "raven-datasets (made before the answer-blind draw)"
     return found
@@ -70,15 +75,20 @@ def write_regime_file(root: str | os.PathLike, record: dict) -> None:
 
 
 def regime_fields(path: Path | None, data: dict | None = None) -> dict | None:
-    """The shared fields of a regime record (read from ``path`` unless ``data`` is given); None when unreadable."""
+    """The shared fields of a regime record (read from ``path`` unless ``data`` is given); None when unreadable
+    (missing, damaged, not a JSON object, larger or deeper than a record: ``rpm_lib.json_files.read_object``)."""
     if data is None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = read_object(path, _Unreadable)
+        except (OSError, _Unreadable):
             return None
     if not isinstance(data, dict):
         return None
     return {key: data.get(key) for key in SHARED_FIELDS}
+
+
+class _Unreadable(ValueError):
+    """A record that ``read_object`` refuses (reworded by the caller)."""
 
 
 def read_regime_file(root: str | os.PathLike) -> dict | None:
@@ -98,16 +108,20 @@ def read_regime_file(root: str | os.PathLike) -> dict | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise GeneratorSettingsError(f"{path} is not readable JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise GeneratorSettingsError(f"{path}: regime JSON: expected an object, got {type(data).__name__}")
+        data = read_object(path, _Unreadable)
+    except OSError as error:
+        raise GeneratorSettingsError(f"{path} is not readable ({error.strerror or type(error).__name__})") from None
+    except _Unreadable as error:
+        # read_object's reason without its "<path>: " (and the parse error itself for text that is not JSON)
+        reason = str(error).removeprefix(f"{path}: ")
+        if reason.startswith("not valid JSON (") and reason.endswith(")"):
+            reason = reason[len("not valid JSON ("):-1]
+        raise GeneratorSettingsError(f"{path} is not readable JSON ({reason})") from None
     settings = root / SETTINGS_FILE
     if settings.is_file():
         found = read_settings(settings)
-        differ = [f"{key} {data.get(key)!r} vs {found.get(key)!r}" for key in SHARED_FIELDS
-                  if data.get(key) != found.get(key)]
+        differ = [f"{key} {shown_value(data.get(key), 40)} vs {shown_value(found.get(key), 40)}"
+                  for key in SHARED_FIELDS if data.get(key) != found.get(key)]
         if differ:
             raise GeneratorSettingsError(f"{path}: disagrees with {settings} ({'; '.join(differ)}); one of them was "
                                          "edited or replaced: regenerate the folder")

@@ -248,7 +248,8 @@ def write_dataset(
     ``workers`` or on interruptions. ``regime``: a ``regimes.Regime``, a registered name or None (plain
     I-RAVEN); ``val``/``test``: tenths of the indices filed as val / test (``val=0, test=10``: an all-test
     folder). ``workers > 1`` uses a spawn-started process pool over chunks of ``chunk_size`` consecutive
-    problems. Writes ``generator.json`` and ``regime.json`` into ``root``. Returns
+    problems. ``progress``: a bar on stderr while problems are written, drawn only when stderr is a terminal.
+    Writes ``generator.json`` and ``regime.json`` into ``root``. Returns
     ``{"total": ..., "skipped": ..., "written": ...}``.
 
     Raises ``rpm_lib.data.records.GeneratorSettingsError`` when ``root`` holds problems of other settings or
@@ -309,7 +310,9 @@ def _write_locked(root: Path, names: list[str], count: int, seed: int, mode: str
     if progress and chunks:  # nothing to write: no bar
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, initial=done, unit="problem", desc=f"rpm-generate -> {root}", smoothing=0.05)
+        # disable=None: a bar on a terminal only; a log file or a SLURM output would get every redraw
+        bar = tqdm(total=total, initial=done, unit="problem", desc=f"rpm-generate -> {root}", smoothing=0.05,
+                   disable=None)
     written = 0
     hashes: dict[str, bytes] = {}
     try:

@@ -74,7 +74,9 @@ def score_folder(model: RpmModule, root: str | Path, splits: Iterable[str] = SPL
         configuration, correct, scores = [], [], []
         loader = DataLoader(dataset, batch_size=batch_size)
         with torch.no_grad():
-            for batch in tqdm(loader, desc=f"score {split}", unit="batch", disable=not progress, leave=False):
+            # disable=None: a bar on a terminal only (not redrawn into a log file)
+            for batch in tqdm(loader, desc=f"score {split}", unit="batch", disable=None if progress else True,
+                              leave=False):
                 logits = model(batch["panels"].to(device))["scores"].float().cpu()
                 scores.append(logits.numpy())
                 correct.append((logits.argmax(1) == batch["target"]).numpy())

@@ -16,7 +16,8 @@ A cache made by ``rpm-data prepare`` records its raw folder's ``regime.json`` in
 is built, and that record is used, whatever the raw folder holds later (or whether it still exists).
 
 Training-vs-test overlap is checked by content: an extra test set whose test problems have the panels of
-training problems (``RpmDataset.problem_hashes``) is refused, whatever the folders' names or records say.
+training problems is refused, whatever the folders' names or records say (the panels are read from the folders
+and hashed, ``rpm_lib.data.problem_hashes.ProblemPanels``; a copied or edited problem-hash record hides nothing).
 
 An out-of-distribution set may still hold configurations whose rules are drawn exactly as in training (in
 A/Position only the grids can change Number/Position, so the Center, L-R, U-D and O-IC test problems are
@@ -25,7 +26,6 @@ in-distribution); each entry lists them in ``configurations_in_distribution`` (:
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +33,7 @@ from typing import Any
 
 from rpm_lib.data.records import REGIME_FILE
 from rpm_lib.generator.regimes import REGIMES, Regime
+from rpm_lib.json_files import read_object, shown_value
 from rpm_lib.rules import MESH_META_ROWS, RULE_GROUPS
 from rpm_lib.training.config import ConfigError, TrainConfig
 
@@ -118,11 +119,9 @@ def read_regime(root: str | Path, field: str = "data_root") -> RegimeInfo | None
         return None
     if path.name == MANIFEST:
         try:
-            manifest = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            manifest = read_object(path, _Unreadable)
+        except (OSError, _Unreadable):
             return None  # the cache reader reports a broken manifest with its own message
-        if not isinstance(manifest, dict):
-            return None
         if "regime" not in manifest:
             note(f"{root}: a cache built before caches recorded their regime; its distribution is taken as unknown "
                  "(rebuild it with `rpm-data prepare` to record it)")
@@ -132,7 +131,7 @@ def read_regime(root: str | Path, field: str = "data_root") -> RegimeInfo | None
             return None
         if not isinstance(data, dict):
             raise ConfigError(f"config field '{field}': {path}: field 'regime' must be an object or null, got "
-                              f"{data!r}")
+                              f"{shown_value(data)}")
     else:
         try:
             data = read_regime_record(root)
@@ -144,12 +143,19 @@ def read_regime(root: str | Path, field: str = "data_root") -> RegimeInfo | None
         raise ConfigError(f"config field '{field}': {path}: {error}") from None
     if path.name == MANIFEST:
         rows = manifest.get("meta_rows")
-        if isinstance(rows, int) and (rows == MESH_META_ROWS) != regime.mesh:
+        if type(rows) is int and (rows == MESH_META_ROWS) != regime.mesh:
             raise ConfigError(f"config field '{field}': {path}: field 'regime' says mesh={regime.mesh}, but the "
                               f"cache's labels have {rows} meta_matrix rows; the record does not describe this data")
     mode = data.get("mode")
+    if mode is not None and not isinstance(mode, str):
+        raise ConfigError(f"config field '{field}': {path}: field 'mode' must be a generator mode (str) or null, got "
+                          f"{shown_value(mode)}")
     numbers = {key: data.get(key) if type(data.get(key)) is int else None for key in ("seed", "val", "test")}
-    return RegimeInfo(regime=regime, mode=None if mode is None else str(mode), path=path, **numbers)
+    return RegimeInfo(regime=regime, mode=mode, path=path, **numbers)
+
+
+class _Unreadable(ValueError):
+    """A cache manifest that ``read_object`` refuses (left to the cache reader to report)."""
 
 
 def classify_distribution(trained: RegimeInfo | None, evaluated: RegimeInfo | None, split: str) -> tuple[str, str]:
@@ -276,37 +282,62 @@ def check_extra_sets(config: TrainConfig) -> None:
 
 
 def _check_overlap(config: TrainConfig, tested: Any, root: Path) -> None:
-    """Refuse an extra test set whose test problems are training problems (same panels, ``problem_hashes``) or
-    are exactly the training data's own test split, whatever the folders are called or their records say.
+    """Refuse an extra test set whose test problems are training problems (same panels) or are exactly the training
+    data's own test split, whatever the folders are called or their records say.
 
-    ``tested``: the ``RpmDataset`` of ``root``'s test split. Folders whose problems cannot be hashed (an old cache of
-    resized panels) are let through after the note ``problem_hashes`` prints.
+    ``tested``: the ``RpmDataset`` of ``root``'s test split. The problems are compared by what the folders hold
+    (``problem_hashes.ProblemPanels``), never by their problem-hash records, which a copy or an edit makes say
+    anything: the original panels where both folders hold them (raw folders, caches at 160 px), else the resized
+    panels of a cache against the other folder's panels resized the same way. Where that comparison may miss a
+    shared problem (two OpenCV versions resizing by a non-integer factor) or cannot be made (two caches resized
+    differently), the records are compared too, and a note says that they cannot be checked.
     """
     from rpm_lib.data import DataFormatError
-    from rpm_lib.data.problem_hashes import shared_problems
+    from rpm_lib.data.problem_hashes import ProblemPanels, comparison_level, note, shared_by_content, shared_problems
     from rpm_lib.training.datamodule import make_dataset
 
-    test_hashes = tested.problem_hashes()
-    if test_hashes is None:
-        return
+    test_panels = ProblemPanels(tested)
+    recorded: dict[str, list[bytes] | None] = {}  # the records' hashes, read only where content cannot decide
+
+    def records(dataset: Any, key: str) -> list[bytes] | None:
+        if key not in recorded:
+            recorded[key] = dataset.problem_hashes()
+        return recorded[key]
+
+    noted = checked = False
     for split in ("train", "val", "test"):
         try:
             own = make_dataset(config, split)
         except DataFormatError:
             continue  # a training folder without this split: nothing to share
-        hashes = own.problem_hashes()
-        if hashes is None:
-            return
-        shared = shared_problems(hashes, test_hashes)
+        own_panels = ProblemPanels(own)
+        comparable, level, exact = comparison_level(own_panels, test_panels)
+        if not checked:  # a note where the test folder's record is incomplete or, when free, wrong
+            test_panels.check_records(against_panels=comparable and level is None)
+            checked = True
+        pairs = set(shared_by_content(own_panels, test_panels, level)) if comparable else set()
+        if not exact:
+            if not noted:
+                how = (f"are compared with those of {config.data_root} at {level[0]} px ({level[1]}), resized by "
+                       "OpenCV versions that may set some pixels differently (or one not recorded), so their "
+                       "problem-hash records are compared too" if comparable else
+                       f"and those of {config.data_root} are panels resized differently ({own_panels.stored} vs "
+                       f"{test_panels.stored}), so only their problem-hash records are compared")
+                note(f"{root}: its test problems {how}, and those records cannot be checked against the panels")
+                noted = True
+            own_hashes, test_hashes = records(own, split), records(tested, "tested")
+            if own_hashes is not None and test_hashes is not None:
+                pairs.update(shared_problems(own_hashes, test_hashes))
+        shared = sorted({j: i for i, j in sorted(pairs)}.items())  # one pair per test problem j: (j, i)
         if split == "test":
-            if len(shared) == len(test_hashes) == len(hashes):
+            if len(shared) == len(test_panels) == len(own_panels):
                 raise ConfigError(f"config field 'test_data_roots': {root} holds the training data's test problems "
                                   f"(same panels as {config.data_root}'s test split); they are already evaluated as "
                                   "'test'")
             continue
         if shared:
-            i, j = shared[0]
-            raise ConfigError(f"config field 'test_data_roots': {root}: {len(shared)} of its {len(test_hashes)} test "
+            j, i = shared[0]
+            raise ConfigError(f"config field 'test_data_roots': {root}: {len(shared)} of its {len(test_panels)} test "
                               f"problems have the panels of {split} problems of {config.data_root} (e.g. "
                               f"{tested.source_ids[j]} = {own.source_ids[i]}); a test set must not repeat what the "
                               "model trained on")

@@ -77,7 +77,8 @@ def predict(module: torch.nn.Module, loader: DataLoader, device: torch.device, p
     total = batch_limit(limit_batches, len(loader))
     chunks: dict[str, list[Any]] = {k: [] for k in ("index", "target", "configuration", "scores", "source_id",
                                                    "rules", "rule_logits")}
-    bar = tqdm(total=total, desc=desc, unit="batch", disable=not progress, leave=False)
+    # disable=None: a bar on a terminal only (not redrawn into a log file or a SLURM output)
+    bar = tqdm(total=total, desc=desc, unit="batch", disable=None if progress else True, leave=False)
     try:
         for number, batch in enumerate(loader):
             if number >= total:

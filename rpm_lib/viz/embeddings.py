@@ -152,8 +152,9 @@ def correct_completion_embeddings(model: torch.nn.Module, dataset: Any, indices:
     device = _model_device(model)
     embeddings, target, chosen = [], [], []
     with torch.no_grad():
-        for start in tqdm(range(0, len(positions), batch_size), desc="embed", unit="batch", disable=not progress,
-                          leave=False):
+        # disable=None: a bar on a terminal only (not redrawn into a log file)
+        for start in tqdm(range(0, len(positions), batch_size), desc="embed", unit="batch",
+                          disable=None if progress else True, leave=False):
             samples = [dataset[int(k)] for k in positions[start:start + batch_size]]
             panels = torch.stack([s["panels"] for s in samples]).to(device)
             if panels.ndim != 4:

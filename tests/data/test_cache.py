@@ -193,3 +193,31 @@ def test_a_cache_replaced_while_a_run_reads_it_is_refused_not_mixed(tmp_path):
     with pytest.raises(DataFormatError, match=r"cache/panels.npy: changed since the dataset was opened"):
         worker[0]
     dataset[0]  # the process that mapped the old file keeps reading it whole
+
+
+def test_journal_lines_that_are_no_entry_of_this_build_only_mean_their_chunk_is_made_again(tmp_path, monkeypatch):
+    from rpm_lib.data.cache import partial as partial_module
+
+    monkeypatch.setattr(partial_module, "MAX_JOURNAL_LINE", 200)
+    lines = [
+        '{"chunk": 0, "skipped": []}',
+        '{"chunk": 1, "skipped": [["a.npz", "truncated"]]}',
+        '{"a": ' * 100_000 + "1" + "}" * 100_000,  # found: RecursionError from json.loads
+        '{"chunk": 2, "skipped": [["' + "x" * 300 + '", "longer than a line may be"]]}',
+        '{"chunk": "3", "skipped": []}', '{"chunk": true, "skipped": []}', '{"chunk": 4, "skipped": "none"}',
+        '{"chunk": 5, "skipped": [["b.npz", {"not": "a reason"}]]}', '{"chunk": 6, "chunk": 6, "skipped": []}',
+        '{"chunk": -7, "skipped": []}', '{"chunk": 99, "skipped": []}', '[8]', '{"chunk": 9, "skipp',
+    ]
+    (tmp_path / "journal.jsonl").write_text("\n".join(lines))
+    done, skipped = partial_module.read_journal(tmp_path, chunks=50)
+    assert done == {0, 1} and skipped == [("a.npz", "truncated")]
+    assert partial_module.read_journal(tmp_path)[0] == {0, 1, 99}  # without a chunk count any id >= 0 is one
+
+
+def test_a_plan_nested_100000_deep_is_a_build_that_cannot_be_continued(tmp_path):
+    from rpm_lib.data.cache.partial import partial_plan
+
+    (tmp_path / "plan.json").write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
+    assert partial_plan(tmp_path) is None  # discarded and built anew by prepare_cache, as an unreadable plan is
+    (tmp_path / "manifest.json").write_text(json.dumps({"plan": ["not", "a", "plan"]}))
+    assert partial_plan(tmp_path) is None

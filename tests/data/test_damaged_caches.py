@@ -170,3 +170,30 @@ def test_a_manifest_that_is_not_an_object_is_one_line(damaged: Path, content: st
     (damaged / "manifest.json").write_text(content)
     with pytest.raises(DataFormatError, match=r"manifest.json: expected a JSON object, got (list|str|int)"):
         read_manifest(damaged)
+
+
+#: JSON nested 100,000 levels deep: ``json.loads`` recurses once per level, so reading it whole ends in a
+#: RecursionError (a traceback) unless the depth is bounded before parsing.
+DEEP = '{"a": ' * 100_000 + "1" + "}" * 100_000
+
+
+def test_a_manifest_nested_100000_deep_is_one_line(damaged: Path) -> None:
+    (damaged / "manifest.json").write_text(DEEP)
+    with pytest.raises(DataFormatError) as caught:
+        _open(damaged)
+    message = str(caught.value)
+    assert message.startswith(f"{damaged / 'manifest.json'}: nested deeper than 200 levels") and "\n" not in message
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    # found: AttributeError traceback ('list' object has no attribute 'get') while naming the other size's cache
+    ({"plan": [], "image_size": 48}, r"field 'plan' must be the build plan \(dict\), got \[\]"),
+    # found: "cache built for image_size='32' cannot serve image_size=32", a size it would have been read at
+    ({"image_size": "32"}, r"field 'image_size' must be a panel size in px \(int\), got '32'"),
+    ({"version": True}, r"not an rpm_lib cache of version 1 \(format='rpm_lib-cache', version=True\)"),
+])
+def test_a_manifest_field_of_the_wrong_type_is_named_before_it_is_used(damaged: Path, changes: dict,
+                                                                        message: str) -> None:
+    _edit_manifest(damaged, **changes)
+    with pytest.raises(DataFormatError, match=f"^{damaged / 'manifest.json'}: {message}"):
+        _open(damaged)

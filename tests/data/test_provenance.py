@@ -8,6 +8,7 @@ what the cache itself recorded when it was built.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import pytest
 from rpm_lib.data import RavenDataset, prepare_cache
 from rpm_lib.data.cache import CacheReader
 from rpm_lib.data.errors import DataFormatError
-from rpm_lib.data.problem_hashes import CACHE_ARRAY, RAW_RECORD, panels_hash, read_raw_record
+from rpm_lib.data.records import GeneratorSettingsError
+from rpm_lib.data.problem_hashes import (CACHE_ARRAY, HASH_BYTES, RAW_RECORD, panels_hash, read_raw_record,
+                                        write_raw_record)
 from rpm_lib.data.validation import load_raven_npz
 from rpm_lib.generator import writer
 from rpm_lib.training.config import ConfigError, TrainConfig
@@ -158,6 +161,59 @@ def test_a_damaged_regime_json_is_rewritten_on_resume(tmp_path, capsys, damage):
     assert read_regime(raw).name == "A/Size"
 
 
+#: JSON nested 100,000 levels deep: ``json.loads`` recurses once per level (a RecursionError, a traceback) unless the
+#: depth is bounded before parsing.
+DEEP = '{"a": ' * 100_000 + "1" + "}" * 100_000
+
+
+@pytest.mark.parametrize("name", ["regime.json", "generator.json"])
+def test_a_record_nested_100000_deep_is_one_line_naming_it(tmp_path, name):
+    raw = _generate(tmp_path / "raw")
+    (raw / name).write_text(DEEP)
+    with pytest.raises(ConfigError) as caught:
+        read_regime(raw)
+    message = str(caught.value)
+    assert str(raw / name) in message and "nested deeper than 200 levels" in message and "\n" not in message
+
+
+def test_a_settings_field_of_another_type_is_named_not_compared(tmp_path):
+    raw = _generate(tmp_path / "raw")
+    record = json.loads((raw / "generator.json").read_text())
+    (raw / "generator.json").write_text(json.dumps({**record, "seed": "3"}))
+    with pytest.raises(ConfigError, match=r"generator\.json: field 'seed' must be int, got str '3'$"):
+        read_regime(raw)
+    with pytest.raises(GeneratorSettingsError, match=r"generator\.json: field 'seed' must be int, got str '3'$"):
+        writer.write_dataset(raw, [CONFIGURATION], count=10, seed=3, progress=False)
+
+
+@pytest.mark.parametrize("content, shown", [
+    (DEEP, "nested deeper than 200 levels"),
+    ('{"method": ["blake2b-16-panels-v1"], "problems": {}}', "field 'method' must be str, got list"),
+    ('{"method": "blake2b-16-panels-v1", "problems": []}', "field 'problems' must be dict, got list"),
+    ('{"method": "blake2b-16-panels-v1", "problems": {"\\u001b[2Jx": 5}}', r"entry '\x1b[2Jx' must be [hex digest"),
+])
+def test_a_hostile_hash_record_is_one_line_naming_it(tmp_path, content, shown):
+    raw = _generate(tmp_path / "raw")
+    (raw / RAW_RECORD).write_text(content)
+    with pytest.raises(DataFormatError) as caught:
+        read_raw_record(raw)
+    message = str(caught.value)
+    assert message.startswith(f"{raw / RAW_RECORD}: ") and shown in message and "\n" not in message, message
+    assert "\x1b" not in message  # a terminal escape from the file is shown escaped, never sent to the terminal
+
+
+def test_a_hash_record_over_its_size_bound_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from rpm_lib.data import problem_hashes
+
+    # a legitimate record has an entry of ~100 bytes per problem: the bound leaves room for millions of them
+    assert problem_hashes.RAW_RECORD_MAX_BYTES // 100 > 2_000_000
+    raw = _generate(tmp_path / "raw")
+    size = (raw / RAW_RECORD).stat().st_size
+    monkeypatch.setattr(problem_hashes, "RAW_RECORD_MAX_BYTES", size - 1)
+    with pytest.raises(DataFormatError, match=f"{RAW_RECORD}: larger than {size - 1} bytes"):
+        read_raw_record(raw)
+
+
 # ----------------------------------------------------------------------------------------------
 # overlap by content
 # ----------------------------------------------------------------------------------------------
@@ -215,6 +271,113 @@ def test_a_damaged_hash_record_is_one_line(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
+# records that lie: the panels decide
+# ----------------------------------------------------------------------------------------------
+TEST_FILES = ("RAVEN_8_test.npz", "RAVEN_9_test.npz")  # the test problems of a 10-problem folder
+
+
+def _training_problems_as_tests(train_root: Path, out: Path) -> Path:
+    """A folder whose two test problems are ``train_root``'s first two training problems (no record)."""
+    (out / CONFIGURATION).mkdir(parents=True)
+    for source, name in zip(("RAVEN_0_train.npz", "RAVEN_1_train.npz"), TEST_FILES):
+        shutil.copyfile(train_root / CONFIGURATION / source, out / CONFIGURATION / name)
+    return out
+
+
+def _match_record_times(folder: Path) -> None:
+    """Give every file the size and time its problem_hashes.json entry records (the record then looks current)."""
+    for name, (_, size, mtime) in read_raw_record(folder).items():
+        if not (folder / name).is_file():
+            continue  # a copied record names the other folder's training files too
+        assert (folder / name).stat().st_size == size  # same shapes, same .npz size: only the time needs forging
+        os.utime(folder / name, ns=(mtime, mtime))
+
+
+def _refused_as_overlapping(raw: Path, test_root: Path, capsys) -> None:
+    message = _refusal(_config(raw, test_root))
+    assert message.startswith(f"config field 'test_data_roots': {test_root}: 2 of its 2 test problems have the "
+                              f"panels of train problems of {raw} (e.g. center_single/RAVEN_8_test = "
+                              "center_single/RAVEN_0_train)"), message
+    err = capsys.readouterr().err
+    assert f"{test_root}: the problem_hashes.json entry of 2 test problem(s) does not match its panels" in err, err
+
+
+def test_a_record_copied_from_another_folder_does_not_hide_training_problems(tmp_path, capsys):
+    raw = _generate(tmp_path / "raw")
+    other = _generate(tmp_path / "other", seed=4)  # its record names the same test files, with its own hashes
+    tampered = _training_problems_as_tests(raw, tmp_path / "tampered")
+    shutil.copyfile(other / RAW_RECORD, tampered / RAW_RECORD)
+    _match_record_times(tampered)
+    _refused_as_overlapping(raw, tampered, capsys)
+
+
+def test_a_record_edited_to_other_digests_does_not_hide_training_problems(tmp_path, capsys):
+    raw = _generate(tmp_path / "raw")
+    tampered = _training_problems_as_tests(raw, tmp_path / "tampered")
+    write_raw_record(tampered, {f"{CONFIGURATION}/{name}": bytes([k + 1]) * HASH_BYTES
+                                for k, name in enumerate(TEST_FILES)})  # current sizes and times, wrong digests
+    _refused_as_overlapping(raw, tampered, capsys)
+
+
+def test_files_replaced_with_size_and_time_forged_do_not_hide_training_problems(tmp_path, capsys):
+    raw = _generate(tmp_path / "raw")
+    other = _generate(tmp_path / "other", seed=4)  # an honest folder with an honest record...
+    for source, name in zip(("RAVEN_0_train.npz", "RAVEN_1_train.npz"), TEST_FILES):  # ...its test files replaced
+        shutil.copyfile(raw / CONFIGURATION / source, other / CONFIGURATION / name)
+    _match_record_times(other)  # and their times set back to the recorded ones
+    _refused_as_overlapping(raw, other, capsys)
+
+
+def test_a_training_record_that_lies_does_not_hide_them_either(tmp_path):
+    raw = _generate(tmp_path / "raw")
+    write_raw_record(raw, {f"{CONFIGURATION}/RAVEN_{k}_train.npz": bytes([k + 1]) * HASH_BYTES for k in range(6)})
+    renamed = _renamed_training_problems(raw, tmp_path / "renamed")
+    assert "6 of its 6 test problems have the panels of train problems" in _refusal(_config(raw, renamed))
+    cache = _cache(raw, tmp_path / "cache")  # a cache of resized panels whose hash array was zeroed
+    hashes = np.load(cache / CACHE_ARRAY, mmap_mode="r+")
+    hashes[:] = 0
+    hashes.flush()
+    del hashes
+    assert "6 of its 6 test problems have the panels of train problems" in _refusal(_config(cache, renamed))
+
+
+def test_a_test_cache_whose_hash_array_lies_is_compared_by_its_panels(tmp_path):
+    raw = _generate(tmp_path / "raw")
+    cache = _cache(_renamed_training_problems(raw, tmp_path / "renamed"), tmp_path / "renamed-cache")
+    hashes = np.load(cache / CACHE_ARRAY, mmap_mode="r+")
+    hashes[:] = np.arange(HASH_BYTES, dtype=np.uint8)
+    hashes.flush()
+    del hashes
+    assert "6 of its 6 test problems have the panels of train problems" in _refusal(_config(raw, cache))
+
+
+def test_panels_resized_by_another_opencv_are_compared_by_their_records_too(tmp_path, capsys):
+    # 160 -> 48 px is OpenCV's area resize, which another version may round differently: simulated by one grey
+    # level in every problem of a cache that records another version; its honest hashes still find the overlap
+    raw = _generate(tmp_path / "raw")
+    cache = prepare_cache(_renamed_training_problems(raw, tmp_path / "renamed"), tmp_path / "renamed-48", size=48,
+                          show_progress=False)
+    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest["plan"]["opencv"]["resized"] = "0.0.0"
+    (cache / "manifest.json").write_text(json.dumps(manifest))
+    panels = np.load(cache / "panels.npy", mmap_mode="r+")
+    panels[:, 0, 0, 0] ^= 1
+    panels.flush()
+    del panels
+    config = TrainConfig(data_root=str(raw), test_data_roots=[str(cache)], configurations=["Center"], image_size=48)
+    assert "6 of its 6 test problems have the panels of train problems" in _refusal(config)
+    assert "resized by OpenCV versions that may set some pixels differently" in capsys.readouterr().err
+
+
+def test_an_honest_folder_of_another_seed_gives_no_note(tmp_path, capsys):
+    raw = _generate(tmp_path / "raw")
+    other = _generate(tmp_path / "other", seed=4)
+    capsys.readouterr()
+    check_extra_sets(_config(raw, other))
+    assert "note" not in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
 # caches built before the records existed
 # ----------------------------------------------------------------------------------------------
 def _as_old_cache(cache: Path) -> None:
@@ -237,13 +400,13 @@ def test_an_old_cache_of_original_panels_is_hashed_now_with_a_note(tmp_path, cap
     assert "built before caches recorded their regime" in capsys.readouterr().err
 
 
-def test_an_old_cache_of_resized_panels_says_it_cannot_be_compared(tmp_path, capsys):
+def test_an_old_cache_of_resized_panels_is_compared_at_its_panel_size(tmp_path):
+    # it records no hashes and keeps no original panels, but the test problems resized as it was resized are its rows
     raw = _generate(tmp_path / "raw")
     cache = _cache(raw, tmp_path / "cache")
     _as_old_cache(cache)
     renamed = _renamed_training_problems(raw, tmp_path / "renamed")
-    check_extra_sets(_config(cache, renamed))  # cannot be checked: let through, but not silently
-    assert "cannot be compared with other folders' by content" in capsys.readouterr().err
+    assert "6 of its 6 test problems have the panels of train problems" in _refusal(_config(cache, renamed))
 
 
 def test_a_cache_hash_array_of_the_wrong_shape_is_one_line(tmp_path):

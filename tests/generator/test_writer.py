@@ -230,3 +230,34 @@ def test_the_up_front_space_check_counts_problems_already_there(tmp_path, monkey
     # A rerun of a finished write needs no space: a full disk must not refuse it.
     summary = writer.write_dataset(tmp_path, [CONFIGURATION], count=3, seed=5, progress=False)
     assert summary == {"total": 3, "skipped": 3, "written": 0}
+
+
+class _Terminal:
+    """A stand-in for stderr on a terminal (``isatty()`` true), keeping what is written."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_only(tmp_path, capsys, monkeypatch):
+    # a bar written to a log file (SLURM output, CI, `> log 2>&1`) is every redraw joined by carriage returns
+    writer.write_dataset(tmp_path / "log", [CONFIGURATION], count=2, seed=0, progress=True)
+    err = capsys.readouterr().err
+    assert "rpm-generate ->" not in err and "\r" not in err, repr(err[:200])
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    writer.write_dataset(tmp_path / "terminal", [CONFIGURATION], count=2, seed=0, progress=True)
+    assert "rpm-generate ->" in terminal.text  # the bar itself is still there for people
+    terminal.text = ""
+    writer.write_dataset(tmp_path / "quiet", [CONFIGURATION], count=2, seed=0, progress=False)
+    assert terminal.text == ""  # and "no progress" still means none

@@ -100,6 +100,28 @@ def test_a_broken_regime_json_is_one_line_naming_field_and_file(tmp_path: Path, 
     assert str(tmp_path / "regime.json") in str(info.value) and "\n" not in str(info.value)
 
 
+DEEP = '{"a": ' * 100_000 + "1" + "}" * 100_000  # json.loads alone: a RecursionError
+
+
+@pytest.mark.parametrize("text, message", [
+    (DEEP, "is not readable JSON (nested deeper than 200 levels"),
+    ('{"regime": "A/Color", "held_out": {"Color": "Constant"}, "mesh": false, "mode": ["balanced"]}',
+     # found: taken as the mode named "['balanced']"
+     "field 'mode' must be a generator mode (str) or null, got ['balanced']"),
+])
+def test_a_hostile_regime_json_is_one_line_naming_field_and_file(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "regime.json").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        read_regime(tmp_path, field="test_data_roots")
+    assert str(info.value).startswith(f"config field 'test_data_roots': {tmp_path / 'regime.json'}")
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_cache_manifest_nested_100000_deep_is_left_to_the_cache_reader(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(DEEP)
+    assert read_regime(tmp_path) is None  # no RecursionError; opening the cache names the file (test_damaged_caches)
+
+
 def test_extra_set_names_are_unique_and_file_safe() -> None:
     config = TrainConfig(test_data_roots=["data/x/A-Color", "other/A-Color", "data/test", "data/a b+c"])
     sets = extra_sets(config)

@@ -245,7 +245,7 @@ def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[
         check_free_space(partial, len(files) * row_bytes, writer)
         _allocate(partial, spec, files, size, plan)
 
-    done, skipped = read_journal(partial)
+    done, skipped = read_journal(partial, -(-len(files) // chunk_size))
     if resuming:
         rows_left = len(files) - sum(min(chunk_size, len(files) - i * chunk_size) for i in done)
         check_free_space(partial, rows_left * row_bytes, writer)
@@ -260,7 +260,9 @@ def _build_locked(out: Path, files: list[RawFile], plan: dict, source: Callable[
     converted = 0
     labels = {name: np.load(partial / f"{name}.npy", mmap_mode="r+")
               for name in ("targets", "meta", "meta_target", "valid", "problem_hashes")}
-    bar = tqdm(total=len(files), initial=files_done, unit="RPM", desc=f"{writer.split()[-1]} {out.name}", disable=not show_progress)
+    # disable=None: tqdm draws the bar on a terminal only (a log file or a SLURM output would get every redraw)
+    bar = tqdm(total=len(files), initial=files_done, unit="RPM", desc=f"{writer.split()[-1]} {out.name}",
+               disable=None if show_progress else True)
     try:
         with open(partial / JOURNAL, "a") as journal:
 

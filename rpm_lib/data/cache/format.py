@@ -33,7 +33,6 @@ the whole dataset in RAM.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from rpm_lib.data.problem_hashes import CACHE_ARRAY, HASH_BYTES, METHOD as HASH_
 from rpm_lib.data.raw_files import SPLITS, pgm_source_id, raven_source_id
 from rpm_lib.data.records import MANIFEST
 from rpm_lib.data.validation import NUM_PANELS, PGM_MAX_TRIPLES, RpmRecord, load_pgm_npz, load_raven_npz
+from rpm_lib.json_files import read_object, shown_value
 
 
 CACHE_FORMAT = "rpm_lib-cache"
@@ -103,18 +103,21 @@ def read_manifest(path: str | Path) -> dict:
     not a JSON object of this cache format and version."""
     path = Path(path)
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = read_object(path / MANIFEST, DataFormatError)
     except FileNotFoundError:
         raise DataFormatError(f"{path}: not a complete rpm_lib cache (no {MANIFEST})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise DataFormatError(f"{path / MANIFEST}: unreadable manifest ({error})") from None
-    if not isinstance(manifest, dict):
-        raise DataFormatError(f"{path / MANIFEST}: expected a JSON object, got {type(manifest).__name__}")
-    if manifest.get("format") != CACHE_FORMAT or manifest.get("version") != CACHE_VERSION:
+    except OSError as error:
+        raise DataFormatError(f"{path / MANIFEST}: unreadable manifest ({error.strerror or type(error).__name__})") \
+            from None
+    if manifest.get("format") != CACHE_FORMAT or type(manifest.get("version")) is not int \
+            or manifest["version"] != CACHE_VERSION:  # JSON's true equals 1 in Python
         raise DataFormatError(
             f"{path / MANIFEST}: not an rpm_lib cache of version {CACHE_VERSION} "
-            f"(format={manifest.get('format')!r}, version={manifest.get('version')!r})"
+            f"(format={shown_value(manifest.get('format'), 40)}, version={shown_value(manifest.get('version'), 40)})"
         )
+    # The fields readers use before check_cache (CacheReader compares kind, size and resize, then names the plan's
+    # source): of their type when present; a missing one is named by whoever needs it.
+    _check_field_types(manifest, path / MANIFEST, missing_ok=True)
     return manifest
 
 
@@ -144,6 +147,17 @@ _MANIFEST_FIELDS: dict[str, tuple[type, str]] = {
     "kind": (str, "a dataset kind"), "image_size": (int, "a panel size in px"), "resize": (str, "a resize method"),
     "num_rows": (int, "a row count"), "group_names": (list, "a list of names"), "plan": (dict, "the build plan"),
 }
+
+
+def _check_field_types(manifest: dict, where: Path, missing_ok: bool) -> None:
+    """Refuse a field of :data:`_MANIFEST_FIELDS` of another type (a missing one too, unless ``missing_ok``)."""
+    for field, (kind, description) in _MANIFEST_FIELDS.items():
+        if missing_ok and field not in manifest:
+            continue
+        value = manifest.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise DataFormatError(f"{where}: field {field!r} must be {description} ({kind.__name__}), got "
+                                  f"{shown_value(value)}")
 
 
 def array_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -177,12 +191,10 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     where = path / MANIFEST
-    for field, (kind, description) in _MANIFEST_FIELDS.items():
-        value = manifest.get(field)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise DataFormatError(f"{where}: field {field!r} must be {description} ({kind.__name__}), got {value!r}")
+    _check_field_types(manifest, where, missing_ok=False)
     if manifest["kind"] not in KINDS:
-        raise DataFormatError(f"{where}: field 'kind' must be one of {list(KINDS)}, got {manifest['kind']!r}")
+        raise DataFormatError(f"{where}: field 'kind' must be one of {list(KINDS)}, got "
+                              f"{shown_value(manifest['kind'])}")
     spec = KINDS[manifest["kind"]]
     n, size = manifest["num_rows"], manifest["image_size"]
     if n < 0 or size < 1:
@@ -193,7 +205,7 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
     meta_rows = manifest.get("meta_rows", spec.meta_shape[0])
     if not isinstance(meta_rows, int) or isinstance(meta_rows, bool) or meta_rows not in spec.meta_rows:
         raise DataFormatError(f"{where}: field 'meta_rows' must be one of {list(spec.meta_rows)} for a {spec.name} "
-                              f"cache, got {meta_rows!r}")
+                              f"cache, got {shown_value(meta_rows)}")
     expected = {
         "panels": (np.uint8, (n, NUM_PANELS, size, size)),
         "groups": (None, (n,)), "splits": (None, (n,)), "file_ids": (None, (n,)), "valid": (np.bool_, (n,)),
@@ -204,11 +216,11 @@ def check_cache(path: str | Path, manifest: dict) -> dict[str, np.ndarray]:
     method = manifest.get("problem_hashes")
     if method is not None:
         if method != HASH_METHOD:
-            raise DataFormatError(f"{where}: field 'problem_hashes' must be {HASH_METHOD!r}, got {method!r}")
+            raise DataFormatError(f"{where}: field 'problem_hashes' must be {HASH_METHOD!r}, got {shown_value(method)}")
         expected["problem_hashes"] = (np.uint8, (n, HASH_BYTES))
     if not isinstance(manifest.get("regime"), (dict, type(None))):
         raise DataFormatError(f"{where}: field 'regime' must be the regime.json object or null, got "
-                              f"{manifest['regime']!r}")
+                              f"{shown_value(manifest['regime'])}")
     # A cache made by rpm-generate --cache-size has no raw folder to prepare again: name the command that made it.
     rebuild = "rpm-generate --cache-size" if isinstance(manifest["plan"].get("generator"), dict) else "rpm-data prepare"
     for name, (dtype, shape) in expected.items():

@@ -2,7 +2,6 @@
 continued, and its removal when it cannot."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -13,27 +12,58 @@ from rpm_lib.data.cache.format import (JOURNAL, MANIFEST, PLAN, SKIPPED, Kind, a
                                        is_cache, read_manifest)
 from rpm_lib.data.errors import DataFormatError
 from rpm_lib.data.problem_hashes import CACHE_ARRAY
+from rpm_lib.json_files import parse_object, read_object
 
 
-def read_journal(partial: Path) -> tuple[set[int], list[tuple[str, str]]]:
-    """Finished chunk ids and the files they skipped. A torn last line (killed mid-write) is ignored."""
+#: Longest journal line read: an entry names its chunk and the files it skipped (at most a chunk's files, each
+#: with a one-line reason); a longer line is no entry this build wrote.
+MAX_JOURNAL_LINE = 4 << 20
+
+
+class _NotAnEntry(ValueError):
+    """A journal line that is not a whole entry."""
+
+
+def read_journal(partial: Path, chunks: int | None = None) -> tuple[set[int], list[tuple[str, str]]]:
+    """Finished chunk ids and the files they skipped. A torn last line (killed mid-write) is ignored, and so is any
+    line that is not an entry of this build (garbled, longer than :data:`MAX_JOURNAL_LINE`, nested, of other
+    types, or a chunk id outside ``0 .. chunks - 1`` when ``chunks`` is given): its chunk is made again.
+
+    The journal is read line by line, each line bounded, so a huge or hostile file never fills memory.
+    """
     done: set[int] = set()
     skipped: list[tuple[str, str]] = []
     journal = partial / JOURNAL
     if not journal.exists():
         return done, skipped
-    for line in journal.read_text(errors="replace").splitlines():
-        # Any line that is not a whole entry (torn by a kill, or garbled) only means its chunk is made again.
-        try:
-            entry = json.loads(line)
-            chunk = entry["chunk"]
-            reasons = [(str(path), str(reason)) for path, reason in entry["skipped"]]
-        except (json.JSONDecodeError, TypeError, KeyError, ValueError):
-            continue
-        if isinstance(chunk, int) and not isinstance(chunk, bool):
-            done.add(chunk)
-            skipped.extend(reasons)
+    with open(journal, "rb") as handle:
+        while line := handle.readline(MAX_JOURNAL_LINE + 1):
+            if len(line) > MAX_JOURNAL_LINE:  # too long for an entry: skip to its end without keeping it
+                while line and not line.endswith(b"\n"):
+                    line = handle.readline(MAX_JOURNAL_LINE + 1)
+                continue
+            entry = _journal_entry(line, journal)
+            if entry is None or (chunks is not None and entry[0] >= chunks):
+                continue
+            done.add(entry[0])
+            skipped.extend(entry[1])
     return done, skipped
+
+
+def _journal_entry(line: bytes, journal: Path) -> tuple[int, list[tuple[str, str]]] | None:
+    """``(chunk id, [(file, reason), ...])`` of one journal line, or None when it is not a whole entry."""
+    try:
+        entry = parse_object(line.decode("utf-8", "replace"), journal, _NotAnEntry, max_depth=8,
+                             fields={"chunk": int, "skipped": list})
+    except _NotAnEntry:
+        return None
+    chunk, reasons = entry.get("chunk"), entry.get("skipped")
+    if chunk is None or reasons is None or chunk < 0:
+        return None
+    if not all(isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item)
+               for item in reasons):
+        return None
+    return chunk, [(path, reason) for path, reason in reasons]
 
 
 #: The files a build writes into its partial folder; "<name>.tmp": one an earlier rpm_lib was killed writing.
@@ -63,10 +93,10 @@ def partial_plan(partial: Path) -> dict | None:
     tidying up (plan gone, manifest written), its manifest's ``plan``; None when neither can be read."""
     for name in (PLAN, MANIFEST):
         try:
-            data = json.loads((partial / name).read_text())
-        except (OSError, ValueError):
+            data = read_object(partial / name, _NotAnEntry, fields={"plan": dict} if name == MANIFEST else None)
+        except (OSError, _NotAnEntry):
             continue
-        if isinstance(data, dict) and name == MANIFEST:
+        if name == MANIFEST:
             data = data.get("plan")
         if isinstance(data, dict):
             return data
@@ -86,7 +116,8 @@ def partial_damage(partial: Path, spec: Kind, plan: dict) -> str | None:
             return str(error)
         return None
     n, size, chunk_size = plan["num_rows"], plan["image_size"], plan["chunk_size"]
-    finished = set(range(-(-n // chunk_size))) <= read_journal(partial)[0]
+    count = -(-n // chunk_size)
+    finished = set(range(count)) <= read_journal(partial, count)[0]
     expected = {name: (dtype, {shape}) for name, (dtype, shape) in build_layout(n, size, spec).items()}
     if finished:  # _trim_meta may already have cut meta.npy to the plain rows
         expected["meta.npy"][1].add((n, *spec.meta_shape))
