@@ -6,6 +6,8 @@ guard against non-finite losses, the step limit, the loggers, and, with an activ
 """
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,12 @@ def _reroot(value: Any, old: str, new: str) -> Any:
     return value
 
 
+def progress_shown() -> bool:
+    """Whether a progress bar has somewhere to draw: a terminal, or a notebook kernel's output. Lightning's bar
+    redraws on every step whatever its stream is, which fills a SLURM or CI log with ``\r`` lines."""
+    return sys.stdout.isatty() or "ipykernel" in sys.modules
+
+
 def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callbacks: Sequence[L.Callback] = (),
                  deadline: Deadline | None = None) -> tuple[L.Trainer, ModelCheckpoint, EarlyStopping]:
     """The Trainer of one stage, with checkpointing (last + best), early stopping, history and, with an active
@@ -110,7 +118,7 @@ def make_trainer(config: TrainConfig, plan: StagePlan, stage_dir: Path, callback
         callbacks=[history, FiniteLossGuard(plan.name), StepLimit(config.max_steps), early_stopping, checkpoint,
                    *logger_callbacks, *callbacks, KeepStopSignals(), *budget],
         logger=logger,
-        enable_progress_bar=config.progress_bar,
+        enable_progress_bar=config.progress_bar and progress_shown(),
         enable_model_summary=False,
         log_every_n_steps=config.log_every_n_steps,
         gradient_clip_val=config.gradient_clip_val,

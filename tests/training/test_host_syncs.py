@@ -7,11 +7,13 @@ converted for the progress bar and loggers) do not grow with the number of steps
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Callable
 
 import pytest
 import torch
 
+from rpm_lib.training import trainer as trainer_module
 from rpm_lib.training.config import TrainConfig
 from rpm_lib.training.run import train
 
@@ -44,5 +46,24 @@ def test_logging_reads_no_value_back_per_step_without_a_progress_bar(tiny_config
         return _logging_reads(monkeypatch, config)
 
     assert reads(2, progress_bar=False) == reads(8, progress_bar=False)
-    # The counter sees them: with a progress bar the step loss is read back every step.
+    # The counter sees them: with a progress bar the step loss is read back every step (drawn here as on a terminal).
+    monkeypatch.setattr(trainer_module, "progress_shown", lambda: True)
     assert reads(8, progress_bar=True) >= reads(2, progress_bar=True) + 6
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_or_in_a_notebook_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Lightning's bar redraws every step on any stream: a SLURM or CI log filled with carriage returns
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert not trainer_module.progress_shown()
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    assert trainer_module.progress_shown()
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    assert trainer_module.progress_shown()
