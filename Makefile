@@ -27,10 +27,13 @@ dev: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 
 # ruff (pyproject.toml [tool.ruff]) and the layers of rpm_lib (import-linter, [tool.importlinter]) before the suite.
+# The suite runs on TEST_PROCESSES processes (pytest-xdist), a test file per process at a time; many tests wait on
+# kernels, subprocesses and SLURM, so two processes keep a 2-core machine busy. TEST_PROCESSES=0 runs it in one.
+TEST_PROCESSES ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest tests -q -p no:cacheprovider --timeout=900
+	$(PY) -m pytest tests -q -p no:cacheprovider --timeout=900 -n $(TEST_PROCESSES) --dist loadfile
 
 # Only the notebooks in JupyterLab in headless Chromium (Debian: `apt-get install -y chromium`; skipped with
 # that hint when Chromium is missing; .ci/run installs it).

@@ -16,6 +16,23 @@ os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+#: The test files that take longest on a 2-core machine (`pytest --durations=40`: the real SLURM's requeue test waits
+#: on 1-minute task limits; the campaign, GPU-check and demo dry runs train several tiny runs), longest first.
+#: ``make test`` runs the suite on two processes, one file per process at a time (pytest-xdist, ``--dist
+#: loadfile``): these start first, so that their waits overlap the many short files instead of ending the suite.
+LONGEST_FIRST = ("test_slurm.py", "test_campaign.py", "test_gpu_check.py", "test_demo.py", "test_training_ddp.py",
+                 "test_notebooks_in_browser.py", "test_notebooks.py", "test_cuda_mps.py", "test_notebook_parameters.py",
+                 "test_compile_scope.py", "test_training_run.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, move the files of :data:`LONGEST_FIRST` to the front (in that order); every file keeps
+    its own tests' order, and a run on one process keeps pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 REFERENCE_DATA = Path(os.environ.get("RPM_REFERENCE_DATA", REPO_ROOT.parent / "shared" / "reference-data"))
 
 

@@ -64,6 +64,7 @@ CLUSTER_HELPERS = frozenset({"slurm.py", "slurm_start.py"})
 #: Pinned in requirements*.txt without being a declared dependency: rpm_lib never imports them directly.
 TRANSITIVE_PINS = {
     "torchmetrics": "lightning's own dependency; pinned so the tested set is reproducible",
+    "execnet": "pytest-xdist's own dependency (how it talks to its test processes); pinned likewise",
 }
 
 
