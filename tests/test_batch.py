@@ -639,6 +639,12 @@ axes:
     assert re.search(r"failed +main/seed-1 \(.*\): RuntimeError: deliberate failure for seed 1", done.stdout)
 
 
+def _one_run_batch(tmp_path: Path, body: str, out: Path) -> Path:
+    """A batch YAML of one run (``main/seed-0``) whose training notebook runs ``body`` into ``out``."""
+    train = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\n', body)
+    return _write_config(tmp_path / "b.yaml", f"template: {train}\nout: {out}\naxes:\n  seed:\n    \"0\": {{}}\n")
+
+
 FILLING_TRAIN_BODY = """
 import pathlib
 pathlib.Path(run_dir, "history.csv").write_text("epoch\\n")
@@ -669,14 +675,7 @@ def small_disk(tmp_path: Path):
 
 def test_a_full_disk_leaves_its_reason_in_error_txt_and_no_temporary_files(tmp_path, small_disk):
     # with the disk full, error.txt, the executed notebook and the task's log were all empty: nothing said why
-    train = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\n', FILLING_TRAIN_BODY)
-    config = _write_config(tmp_path / "b.yaml", f"""
-template: {train}
-out: {small_disk / "out"}
-axes:
-  seed:
-    "0": {{}}
-""")
+    config = _one_run_batch(tmp_path, FILLING_TRAIN_BODY, small_disk / "out")
     results = batch.run_batch(config, quiet=True)
     assert [r.status for r in results] == ["failed"]
     run_dir = small_disk / "out" / "main" / "seed-0"
@@ -695,14 +694,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # the out-of-memory killer, kill -9
 
 
 def test_a_killed_kernel_leaves_its_executed_notebook(tmp_path):
-    train = _notebook(tmp_path / "train.ipynb", 'run_dir: str = ""\noutput_dir: str = ""\n', KILLED_TRAIN_BODY)
-    config = _write_config(tmp_path / "b.yaml", f"""
-template: {train}
-out: {tmp_path / "out"}
-axes:
-  seed:
-    "0": {{}}
-""")
+    config = _one_run_batch(tmp_path, KILLED_TRAIN_BODY, tmp_path / "out")
     assert [r.status for r in batch.run_batch(config, quiet=True)] == ["failed"]
     run_dir = tmp_path / "out" / "main" / "seed-0"
     executed = nbformat.read(run_dir / "train.ipynb", as_version=4)  # was missing: nothing showed how far it got
