@@ -9,6 +9,7 @@ import os
 import shutil
 import re
 import tarfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 import torch
 
 from rpm_lib import batch
+from rpm_lib.json_files import shown_value
 from rpm_lib.runs import archive as run_archive
 from rpm_lib.runs.archive import ArchiveError
 from comparable_metrics import comparable as _comparable
@@ -445,6 +447,22 @@ def test_overwrite_replaces_a_run_as_a_whole_and_names_one_that_had_gone_further
     assert not list(tmp_path.rglob("*partial*"))
 
 
+def test_unpack_refuses_a_run_without_its_config_rather_than_keep_the_replaced_run_s(tmp_path: Path) -> None:
+    # found: with --overwrite the replaced run's config.yaml stayed beside the archive's resume point
+    run = tmp_path / "batch" / "r"
+    _fake_run(run, "unfinished")
+    (run / "config.yaml").write_text("setup: mlcl\nseed: 99\n")
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    source = _archive(tmp_path / "s.tar.gz", {"r/progress.json": b'{"status": "unfinished", "stages": {}}',
+                                              "r/checkpoints/pretrain/last.ckpt": b"w"})
+    with pytest.raises(ArchiveError) as caught:
+        run_archive.unpack(source, tmp_path / "batch", overwrite=True)
+    assert str(caught.value) == (f"{source}: run 'r' has no config.yaml (pack never leaves it out, and a run state "
+                                 "without its config cannot be resumed safely); damaged or altered archive; refusing "
+                                 "to unpack")
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_keep_further_keeps_a_run_that_went_further_and_restores_the_others(tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # A second slice on a machine still holding the first slice's runs, carrying the state from before the first.
@@ -695,6 +713,22 @@ def test_unpack_refuses_a_deeply_nested_manifest_in_one_line(tmp_path: Path,
     source = _archive(tmp_path / "list.tar.gz", {"r/config.yaml": b"a"}, manifest_text=b"[1]")
     with pytest.raises(ArchiveError, match="rpm_state.json: expected a JSON object, got list"):
         run_archive.read_manifest(source)
+
+
+def test_unpack_refuses_a_member_150000_folders_deep_at_once_in_one_line(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # found: 68 s to refuse (the check of members below members walked every parent of every name)
+    deep = "a/" * 150_000 + "config.yaml"
+    source = _archive(tmp_path / "deep.tar.gz", {deep: b"setup: ce\n"})
+    began = time.perf_counter()
+    with pytest.raises(ArchiveError) as caught:
+        run_archive.read_manifest(source)
+    assert time.perf_counter() - began < 2.0
+    assert str(caught.value) == (f"{source}: member name {shown_value(deep, 200)} has {len(deep)} "
+                                 "characters (at most 1024); refusing to unpack")
+    assert batch.main(["unpack", str(source), "--out", str(tmp_path / "out")]) == 2
+    assert "characters (at most 1024)" in _one_error_line(capsys, "unpack", source)
+    assert not (tmp_path / "out").exists()
 
 
 def test_unpack_prints_the_archive_s_created_text_escaped_and_cut(tmp_path: Path,

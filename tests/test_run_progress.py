@@ -3,6 +3,7 @@ metrics file with text, NaN or percentages where fractions belong is one damaged
 wrong percentage; symbolic links, odd run names and long names keep the table and the figure readable."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -75,6 +76,22 @@ def test_a_negative_epoch_marks_the_history_damaged(tmp_path: Path) -> None:
     _run(tmp_path / "grid" / "r", HEADER + "supervised,-5,1,1.0,1.0,0.5,0.002\n")
     (run,) = run_progress.batch_progress(tmp_path / "grid")
     assert run.status.startswith("damaged: history.csv") and "epoch" in run.status, run
+
+
+@pytest.mark.parametrize(("slice_fields", "reason"), [
+    ({"seconds": -3600}, "slices[0].seconds -3600 is not a number of seconds >= 0"),  # found: shown as -3600 s
+    ({"seconds": 1e400}, "slices[0].seconds inf is not a number of seconds >= 0"),
+    ({"seconds": 12.0, "first_step_s": -1.5}, "slices[0].first_step_s -1.5 is not a number of seconds >= 0"),
+])
+def test_a_negative_or_endless_slice_time_marks_the_progress_record_damaged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], slice_fields: dict, reason: str) -> None:
+    run = _run(tmp_path / "grid" / "r")
+    (run / "progress.json").write_text(json.dumps({
+        "status": "unfinished", "stages": {"supervised": {"name": "supervised", "completed": False, "global_step": 1}},
+        "slices": [{"ended_in": "supervised", "global_step": {"supervised": 1}, **slice_fields}]}))
+    code, out, err = _progress(capsys, str(tmp_path / "grid"))
+    assert code == 0, err
+    assert f"| r | damaged: progress.json: {reason} |" in out, out
 
 
 @pytest.mark.parametrize("value", ['"abc"', "[1, 2]"])

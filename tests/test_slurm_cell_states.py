@@ -89,6 +89,32 @@ def test_status_sees_every_job_a_cell_was_ever_submitted_in(tmp_path: Path, monk
     assert "submitting again resumes it" in slurm.status_table([status])
 
 
+@pytest.mark.parametrize(("content", "why"), [
+    ('{"job_id": "10_0", "job_i', "not valid JSON"),  # truncated
+    ('{"job_id": 10}', "field 'job_id' must be str, got int 10"),
+    ('{"submitted": "2026-11-28T10:00:00"}', "names no job id"),
+])
+def test_a_damaged_job_record_is_a_damaged_cell_that_cancel_names_not_one_never_submitted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], content: str,
+        why: str) -> None:
+    # found: shown as "not submitted", and cancel cancelled nothing for it without a word
+    fake = FakeSlurm({"10_0": "RUNNING", "10_1": "RUNNING"})
+    config, specs, out = _setup(tmp_path, monkeypatch, fake)
+    record = _record(out, specs[0], job_id="10_0") / slurm.JOB_RECORD
+    record.write_text(content)
+    _record(out, specs[1], job_id="10_1")
+    statuses = slurm.cell_status(config, specs, out)
+    assert [(s.state, s.job_id) for s in statuses] == [(RunStatus.DAMAGED, None), ("running", "10_1")]
+    table = slurm.status_table(statuses)
+    assert table.splitlines()[0] == "| run | state | job | requeues | next |"
+    assert "| main/cell-a | damaged | unknown: slurm.json damaged (below) |" in table
+    assert f"- main/cell-a: {record}: {why}" in table
+    assert slurm.cancel(config, specs, out) == ["10_1"]  # the other cell's job all the same
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"rpm-batch cancel: warning: {record}: {why}") and "cannot tell the job of cell main/cell-a" in line
+    assert record.read_text() == content  # not rewritten as if it were a record
+
+
 def test_a_task_that_ended_without_finishing_its_run_is_unfinished_not_completed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # its requeue failed (the controller was down), or it reached max_requeues: the run is resumable

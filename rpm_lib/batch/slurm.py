@@ -41,14 +41,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rpm_lib.batch.cell import run_dir_of, run_one
 from rpm_lib.batch.config import BatchConfig, BatchConfigError, RunSpec, SlurmSettings, check_settings, job_settings
 from rpm_lib.folder_lock import exclusive_writer
-from rpm_lib.json_files import read_object_or_empty, write_object
+from rpm_lib.json_files import printable, read_object, read_object_or_empty, shown_value, write_object
 from rpm_lib.run_folder import ERROR, STOP_FILE, RunStatus, is_finished, request_stop, stopped_by_budget
 from rpm_lib.training.stop_signals import held_from_the_kernel
 
@@ -415,13 +415,15 @@ class CellStatus:
     """One cell's standing: ``state`` is a :class:`~rpm_lib.run_folder.RunStatus` (done, failed, unfinished,
     cancelled, cancelling, requeued, not submitted) or SLURM's state in lower case (pending, running, ...);
     ``restarts`` counts the task's requeues (``slurm.log``); ``job_id`` is the job SLURM runs it in (else the latest
-    submitted); ``jobs`` counts the cell's jobs SLURM lists as active (more than one: submitted twice)."""
+    submitted); ``jobs`` counts the cell's jobs SLURM lists as active (more than one: submitted twice); ``problem``
+    says, for a ``damaged`` cell, why its ``slurm.json`` cannot tell its jobs (one line naming the file)."""
 
     run: str
     state: RunStatus | str
     job_id: str | None
     restarts: int
     jobs: int = 0
+    problem: str | None = None
 
 
 def squeue_states(job_ids: Sequence[str]) -> dict[str, str]:
@@ -445,6 +447,7 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path, patien
     """Where every cell stands: its files first (done, failed), then SLURM for the rest, asking SLURM again while
     its controller is unreachable (for ``patience_s`` seconds; None: until it answers)."""
     records = {spec.name: _job_record(run_dir_of(out, spec)) or {} for spec in specs}
+    damage = {spec.name: _job_record_damage(run_dir_of(out, spec)) for spec in specs}
     every_job = [job for record in records.values() for job in job_ids_of(record)]
     active = _patiently(lambda: squeue_states(every_job), patience_s, log) if every_job else {}
     statuses = []
@@ -460,6 +463,11 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path, patien
         slurm_state = active.get(job or "", "")
         if is_finished(run_dir):
             state = RunStatus.DONE
+        elif damage[spec.name] is not None:
+            # Not "not submitted": the cell may well have a job that trains; nothing here can tell which.
+            statuses.append(CellStatus(f"{spec.grid}/{spec.name}", RunStatus.DAMAGED, None, restarts,
+                                       problem=damage[spec.name]))
+            continue
         elif record.get("cancelled"):
             state = RunStatus.CANCELLING if slurm_state in ACTIVE_STATES else RunStatus.CANCELLED
         elif slurm_state in ACTIVE_STATES:
@@ -480,19 +488,55 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path, patien
     return statuses
 
 
+#: The fields of ``slurm.json`` that status and cancel read, with their types.
+_JOB_RECORD_FIELDS: dict[str, type] = {"job_id": str, "job_ids": list, "cancelled": bool}
+
+
 def _job_record(run_dir: Path) -> dict[str, Any] | None:
     """The run's ``slurm.json`` (None when it has none, or it is unreadable, too large or deep, or names its job
-    other than as text: a shared folder's record must not crash ``status`` or ``cancel``)."""
-    return read_object_or_empty(run_dir / JOB_RECORD,
-                                fields={"job_id": str, "job_ids": list, "cancelled": bool}) or None
+    other than as text: a shared folder's record must not crash ``status`` or ``cancel``, which ask
+    :func:`_job_record_damage` why)."""
+    return read_object_or_empty(run_dir / JOB_RECORD, fields=_JOB_RECORD_FIELDS) or None
+
+
+def _job_record_damage(run_dir: Path) -> str | None:
+    """Why the run's ``slurm.json`` cannot tell the cell's jobs, in one line naming the file: not a JSON object
+    (truncated, damaged), a field of another type, no job id at all; None when the run has none or it can."""
+    path = run_dir / JOB_RECORD
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        record = read_object(path, ValueError, fields=_JOB_RECORD_FIELDS)
+    except OSError as error:  # a folder, a dangling link, no permission
+        return printable(f"{path}: unreadable ({error.strerror or type(error).__name__})", 500)
+    except ValueError as error:
+        return printable(error, 500)
+    ids = record.get("job_ids", [])
+    wrong = next((job for job in ids if not isinstance(job, str)), None)
+    if wrong is not None:
+        return printable(f"{path}: field 'job_ids' must list job ids as text, got {shown_value(wrong, 40)}", 500)
+    if not job_ids_of(record):
+        return printable(f"{path}: names no job id", 500)
+    return None
 
 
 def status_table(statuses: Sequence[CellStatus]) -> str:
     """``rpm-batch status``: one Markdown table row per cell, and what SLURM does next with it."""
     lines = ["| run | state | job | requeues | next |", "|---|---|---|---:|---|"]
-    lines += [f"| {s.run} | {s.state} | {s.job_id or ''}{f' (+{s.jobs - 1} more)' if s.jobs > 1 else ''} | "
-              f"{s.restarts} | {NEXT.get(s.state, '')} |" for s in statuses]
+    lines += [f"| {s.run} | {s.state} | {_job_cell(s)} | {s.restarts} | {NEXT.get(s.state, '')} |" for s in statuses]
+    damaged = [s for s in statuses if s.problem]
+    if damaged:
+        lines += ["", "Cells whose job cannot be told (a job of theirs may still train; squeue lists it):"]
+        lines += [f"- {s.run}: {s.problem}" for s in damaged]
     return "\n".join(lines)
+
+
+def _job_cell(status: CellStatus) -> str:
+    """The job column of a cell's row: its job id (and how many more are active), or the record it cannot be told
+    from."""
+    if status.problem:
+        return f"unknown: {JOB_RECORD} damaged (below)"
+    return f"{status.job_id or ''}{f' (+{status.jobs - 1} more)' if status.jobs > 1 else ''}"
 
 
 #: What happens next to a cell in each state (``rpm-batch status``'s last column).
@@ -504,20 +548,30 @@ NEXT = {
     RunStatus.CANCELLING: "stops at its next step with its state saved; not requeued",
     RunStatus.REQUEUED: "SLURM starts it again; it resumes",
     RunStatus.NOT_SUBMITTED: "nothing: not submitted",
+    RunStatus.DAMAGED: "unknown: cancel cannot tell its job either",
     "pending": "SLURM starts it when resources free up",
     "running": "trains; requeues itself at its time limit until finished",
 }
 
 
-def cancel(config: BatchConfig, specs: Sequence[RunSpec], out: Path) -> list[str]:
+def cancel(config: BatchConfig, specs: Sequence[RunSpec], out: Path,
+           warn: Callable[[str], None] | None = None) -> list[str]:
     """Cancel every cell's jobs that SLURM still lists; returns the job ids cancelled. The cells are marked
-    cancelled first, so that a task stopping because of it does not requeue itself."""
+    cancelled first, so that a task stopping because of it does not requeue itself.
+
+    A cell whose ``slurm.json`` cannot tell its jobs (``damaged`` in ``status``) is named in one line passed to
+    ``warn`` (default: printed on stderr): nothing of it is cancelled, and it must not pass for a cell without jobs.
+    """
     statuses = cell_status(config, specs, out)
     records = {spec.name: _job_record(run_dir_of(out, spec)) for spec in specs}
     active = squeue_states([job for record in records.values() if record for job in job_ids_of(record)])
     jobs = []
     for spec, status in zip(specs, statuses):
         record = records[spec.name]
+        if status.state == RunStatus.DAMAGED:
+            (warn or _warn_on_stderr)(f"{status.problem}; cannot tell the job of cell {status.run}, so none of its "
+                                      "jobs was cancelled (find it with squeue and scancel it)")
+            continue
         if record is None or status.state == RunStatus.DONE:
             continue
         listed = [job for job in job_ids_of(record) if active.get(job) in ACTIVE_STATES]
@@ -527,6 +581,10 @@ def cancel(config: BatchConfig, specs: Sequence[RunSpec], out: Path) -> list[str
     if jobs:
         _run(["scancel", *jobs])
     return jobs
+
+
+def _warn_on_stderr(line: str) -> None:
+    print(f"rpm-batch cancel: warning: {line}", file=sys.stderr)
 
 
 def wait(config: BatchConfig, specs: Sequence[RunSpec], out: Path, poll_s: float = 5.0,

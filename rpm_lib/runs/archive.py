@@ -30,7 +30,8 @@ shared, and must not carry a file from outside the packed folder.
 
 Unpacking is for files from elsewhere, so the whole archive is checked before anything is written
 (``rpm_lib.runs.archive_manifest``): its ``rpm_state.json`` first (shape, a SHA-256 and size per file, at most
-:data:`MAX_TOTAL_BYTES` in all), then every member, streamed (never held in memory): only regular files with the
+:data:`MAX_TOTAL_BYTES` in all, each run folder with its ``config.yaml``, names of at most
+``MAX_NAME_CHARS`` characters), then every member, streamed (never held in memory): only regular files with the
 names above, below a run folder, none below another member's path, each passed by tarfile's ``data`` extraction
 filter for the folder unpacked into (no absolute paths, no ``..``, nothing reached through a link, no links, no
 special files) and matching its SHA-256. Existing

@@ -11,6 +11,7 @@ manifest with its size, and matching its SHA-256. Packing is ``rpm_lib.runs.arch
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import io
@@ -54,6 +55,9 @@ MAX_TOTAL_BYTES = 4 << 30
 MAX_MANIFEST_BYTES = 16 << 20
 #: Largest tar header extension accepted (a long name, a pax header): tarfile reads one whole into memory.
 MAX_HEADER_BYTES = 1 << 20
+#: Longest member name accepted (a run folder's path inside the packed folder and the file's name in it): far
+#: beyond any batch's, and short enough for every file system's path limit below the folder unpacked into.
+MAX_NAME_CHARS = 1024
 #: Bytes read at a time while members are hashed and written.
 _CHUNK = 1 << 20
 #: What reading a damaged or foreign archive raises (gzip.BadGzipFile is an OSError).
@@ -73,10 +77,15 @@ class ArchiveError(ValueError):
 def split_name(name: str, source: Path) -> tuple[str, str]:
     """(run folder, name inside it) of archive member ``name``; refuses unsafe or non-run-state names.
 
-    The run folder is ``.`` for an archive of one run folder, as ``pack`` records it. The manifest's names are
+    The run folder is ``.`` for an archive of one run folder, as ``pack`` records it. A name is at most
+    :data:`MAX_NAME_CHARS` characters long. The manifest's names are
     checked here before any member is read; members are also passed through tarfile's ``data`` filter
     (:func:`read_members`).
     """
+    if len(name) > MAX_NAME_CHARS:
+        # before any parsing: every later step (the folders made, the links looked for) walks the name's depth
+        raise ArchiveError(f"{source}: member name {_named(name)} has {len(name)} characters (at most "
+                           f"{MAX_NAME_CHARS}); refusing to unpack")
     path = PurePosixPath(name)
     # Only the canonical spelling: "run/./x" or "run//x" would name the same file as another member.
     # No control characters either: names are printed (a terminal escape sequence in a run folder's name).
@@ -156,16 +165,20 @@ def _check_manifest(manifest: dict[str, Any], source: Path, max_total_bytes: int
     """Refuse a manifest whose ``files`` or ``runs`` would make unpacking unsafe or its report wrong.
 
     ``files`` maps run-state names (:func:`split_name`) to ``{"bytes", "sha256"}``, none below another (a file
-    cannot also be a folder), within :data:`MAX_FILE_BYTES` each and ``max_total_bytes`` together; ``runs`` lists
-    exactly the run folders those files lie in.
+    cannot also be a folder), within :data:`MAX_FILE_BYTES` each and ``max_total_bytes`` together, each run folder's
+    ``config.yaml`` among them; ``runs`` lists exactly the run folders those files lie in.
     """
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise ArchiveError(f"{source}: {MANIFEST} has no 'files' mapping")
     total = 0
-    folders = set()
+    folders: set[str] = set()
+    configured: set[str] = set()
     for name, record in files.items():
-        folders.add(split_name(name, source)[0])
+        folder, inside = split_name(name, source)
+        folders.add(folder)
+        if inside == CONFIG:
+            configured.add(folder)
         size = record.get("bytes") if isinstance(record, dict) else None
         if (not isinstance(record, dict) or not isinstance(record.get("sha256"), str)
                 or not _SHA256.fullmatch(record["sha256"]) or not isinstance(size, int) or isinstance(size, bool)
@@ -178,15 +191,26 @@ def _check_manifest(manifest: dict[str, Any], source: Path, max_total_bytes: int
         total += size
     if total > max_total_bytes:
         raise ArchiveError(f"{source}: its files hold {total} bytes (at most {max_total_bytes}); refusing to unpack")
+    # A name's folders are the names that begin with it and a "/"; in sorted order they follow it at once. Looked
+    # up by bisection, not by listing each name's parents: that cost the square of a name's depth.
+    ordered = sorted(files)
     for name in files:
-        above = next((str(p) for p in PurePosixPath(name).parents if str(p) in files), None)
-        if above is not None:
-            raise ArchiveError(f"{source}: member {_named(name)} lies below member {_named(above)}; refusing to unpack")
+        place = bisect.bisect_left(ordered, name + "/")
+        if place < len(ordered) and ordered[place].startswith(name + "/"):
+            raise ArchiveError(f"{source}: member {_named(ordered[place])} lies below member {_named(name)}; "
+                               "refusing to unpack")
     runs = manifest.get("runs")
     if (not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("path"), str) for r in runs)
             or sorted(r["path"] for r in runs) != sorted(folders)):
         raise ArchiveError(f"{source}: {MANIFEST}: 'runs' must list each run folder of its files once "
                            f"({len(folders)} folder(s)); damaged or altered archive")
+    # pack packs a run only with its config.yaml: without it, unpack --overwrite would leave the config of the run
+    # it replaces beside this run's resume point, and nothing could tell which settings that state trained with.
+    unconfigured = sorted(folders - configured)
+    if unconfigured:
+        raise ArchiveError(f"{source}: run {_named(unconfigured[0])} has no {CONFIG} (pack never leaves it out, and "
+                           "a run state without its config cannot be resumed safely); damaged or altered archive; "
+                           "refusing to unpack")
 
 
 def _check_member(member: tarfile.TarInfo, source: Path, dest: str) -> None:

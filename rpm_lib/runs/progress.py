@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpm_lib.json_files import read_object
+from rpm_lib.json_files import printable, read_object, shown_value
 from rpm_lib.run_folder import (FINISHED, HISTORY, METRICS, PROGRESS, UNFINISHED, RunStatus, find_run_folders,
                                 is_finished)
 from rpm_lib.runs.plan import epoch_limits, run_config, train_config
@@ -21,6 +21,10 @@ from rpm_lib.training.history import history_rows
 
 #: What a damaged record raises while it is read here (wrong types, missing columns, bad numbers, bad bytes).
 _DAMAGE = (KeyError, IndexError, TypeError, ValueError, AttributeError, UnicodeDecodeError, csv.Error)
+
+
+class _Damaged(ValueError):
+    """A field of a run's record that no run writes, named with its file."""
 
 
 def _record(path: Path) -> dict[str, Any]:
@@ -140,6 +144,8 @@ def _run_progress(run_dir: Path, name: str) -> RunProgress:
     epochs, accuracies, stage, losses = _history(run_dir / HISTORY)
     try:
         return _standing(run_dir, name, progress, metrics, epochs, accuracies, stage, losses)
+    except _Damaged:
+        raise  # already one line naming the file and the field
     except _DAMAGE as error:
         raise ValueError(f"{PROGRESS} or {METRICS}: a field of the wrong type ({type(error).__name__}: "
                          f"{error})") from None
@@ -159,21 +165,28 @@ def _standing(run_dir: Path, name: str, progress: dict[str, Any], metrics: dict[
     else:
         status = RunStatus.NOT_STARTED
     slices = progress.get("slices") or []
-    summaries = [s for s in (progress.get("stages") or {}).values() if isinstance(s, dict)]
-    steps = sum(int(s.get("global_step") or 0) for s in summaries)
+    # A negative or endless time, step count or batch showed as such (-3600 s); no run has one, so the record is
+    # damaged or edited, like a field of the wrong type.
+    seconds = [_count(s.get("seconds") or 0.0, f"slices[{i}].seconds", float) for i, s in enumerate(slices)]
+    summaries = {key: s for key, s in (progress.get("stages") or {}).items() if isinstance(s, dict)}
+    stage_steps = {key: _count(s.get("global_step") or 0, f"stages.{printable(key)}.global_step")
+                   for key, s in summaries.items()}
+    steps = sum(stage_steps.values())
     values = run_config(run_dir)
     batch = _batch_size(values)
-    rpms = sum(int(s.get("global_step") or 0) * int(s.get("batch_size") or batch) for s in summaries)
+    rpms = sum(stage_steps[key] * (_count(s["batch_size"], f"stages.{printable(key)}.batch_size")
+                                   if s.get("batch_size") else batch) for key, s in summaries.items())
     last = slices[-1] if slices else {}
     # a hand-edited or older record: no start-up figure, not a wrong one
-    first_step, called_at, process_s = (_seconds(last.get(key)) for key in ("first_step_s", "called_at", "process_s"))
+    first_step, called_at, process_s = (_seconds(last.get(key), f"slices[{len(slices) - 1}].{key}")
+                                        for key in ("first_step_s", "called_at", "process_s"))
     best_loss, best_epoch, left = _early_stopping(values, status, stage, epochs, losses)
     return RunProgress(
         run=name, status=status, stage=stage, epochs=epochs,
         val_accuracy=accuracies[-1] if accuracies else None,
         best_val_accuracy=max(accuracies) if accuracies else None,
         test_accuracy=metrics.get("test_accuracy"), slices=len(slices),
-        seconds=round(sum(float(s.get("seconds") or 0.0) for s in slices), 1), steps=steps, rpms=rpms,
+        seconds=round(sum(seconds), 1), steps=steps, rpms=rpms,
         data_changes=len(progress.get("data_changes") or []), first_step_s=first_step, called_at=called_at,
         process_s=process_s, best_val_loss=best_loss, best_val_loss_epoch=best_epoch, epochs_left=left)
 
@@ -194,9 +207,23 @@ def _early_stopping(values: dict[str, Any] | None, status: str, stage: str | Non
     return standing.best_loss, standing.best_epoch, left
 
 
-def _seconds(value: Any) -> float | None:
-    """``value`` when it is a number of seconds (not a bool), else None."""
-    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
+def _seconds(value: Any, what: str) -> float | None:
+    """``value`` when it is a number of seconds (not a bool), else None; raises ``ValueError`` naming ``what``
+    for a number that is negative or not finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return _count(value, what, float)
+
+
+def _count(value: Any, what: str, kind: type = int) -> Any:
+    """``value`` when it is a finite number >= 0 (a whole one for ``kind=int``); raises ``ValueError`` naming
+    ``progress.json``'s field ``what`` otherwise."""
+    whole = kind is int
+    if (isinstance(value, bool) or not isinstance(value, int if whole else (int, float))
+            or not (math.isfinite(value) and value >= 0)):
+        raise _Damaged(f"{PROGRESS}: {what} {shown_value(value)} is not a "
+                       f"{'whole number' if whole else 'number of seconds'} >= 0")
+    return value
 
 
 def _batch_size(values: dict[str, Any] | None) -> int:

@@ -155,12 +155,64 @@ def resume_point(config: TrainConfig, module: RpmModule, stage: str, run_dir: Pa
     return None, problem
 
 
-def load_weights(module: RpmModule, path: Path) -> None:
+def load_weights(module: RpmModule, path: Path) -> dict[str, Any]:
+    """Load the weights of checkpoint ``path`` into ``module``; returns the checkpoint."""
     if not path.is_file():
         raise ConfigError(f"resume: checkpoint {path} is missing; delete progress.json or use overwrite=true")
     checkpoint = load_checkpoint(path)
     check_fits(module, checkpoint, path)
     module.load_state_dict(checkpoint["state_dict"])
+    return checkpoint
+
+
+def check_completed_stage(config: TrainConfig, plan: StagePlan, done: dict[str, Any], weights: Path,
+                          checkpoint: dict[str, Any]) -> None:
+    """Refuse a completed stage's ``progress.json`` entry whose ``epochs`` or ``global_step`` is not what the stage
+    trained: more than this config's limits allow it, other than its ``last.ckpt`` shows, or fewer than the
+    checkpoint of its weights (``weights``, loaded as ``checkpoint``) shows.
+
+    The entry goes into ``metrics.json`` as the stage's record (and from there into a shipped model's), so a hand
+    edit or a damaged copy must not pass for what was trained. A packed run keeps no ``last.ckpt`` of a completed
+    stage; its limits and its weights still bound the entry.
+
+    Raises:
+        ConfigError: ``<progress.json>: field 'stages.<name>.<field>' ...; delete it or use overwrite=true``.
+    """
+    run_dir = Path(config.run_dir)
+    path = run_dir / PROGRESS
+
+    def refuse(field: str, why: str) -> ConfigError:
+        return ConfigError(f"{path}: field 'stages.{plan.name}.{field}' {why}; delete it or use overwrite=true")
+
+    recorded = {"epochs": done.get("epochs"), "global_step": done.get("global_step")}
+    for field, value in recorded.items():
+        if value is None:
+            raise refuse(field, "is missing from a completed stage")
+    if recorded["epochs"] > plan.max_epochs:
+        raise refuse("epochs", f"is {recorded['epochs']}, more than this config's limit for stage {plan.name} "
+                               f"({plan.max_epochs} epochs)")
+    if config.max_steps > 0 and recorded["global_step"] > config.max_steps:
+        raise refuse("global_step", f"is {recorded['global_step']}, more than max_steps ({config.max_steps}) allows")
+    last = run_dir / CHECKPOINTS / plan.name / "last.ckpt"
+    if last.is_file() and not last.is_symlink():
+        state = checkpoint if last == weights else load_checkpoint(
+            last, "delete it (a completed stage does not read it) or use overwrite=true")
+        shown = _epochs_and_steps(state)
+        for field, value in zip(recorded, shown or ()):
+            if value != recorded[field]:
+                raise refuse(field, f"is {recorded[field]}, but {last} shows {value}")
+    shown = _epochs_and_steps(checkpoint)
+    for field, value in zip(recorded, shown or ()):
+        if value > recorded[field]:
+            raise refuse(field, f"is {recorded[field]}, fewer than the {value} of its weights {weights}")
+
+
+def _epochs_and_steps(checkpoint: dict[str, Any]) -> tuple[int, int] | None:
+    """(epochs run, global step) that a Lightning checkpoint records; None for one reduced to its weights."""
+    epoch, step = checkpoint.get("epoch"), checkpoint.get("global_step")
+    if any(isinstance(value, bool) or not isinstance(value, int) or value < 0 for value in (epoch, step)):
+        return None
+    return epoch + 1, step
 
 
 #: What Lightning reads from a checkpoint it resumes a stage from (``Trainer.fit(ckpt_path=...)``).
@@ -227,7 +279,8 @@ def train_stages(config: TrainConfig, plans: list[StagePlan], module: RpmModule,
             raise ConfigError(f"resume: {run_dir}/{PROGRESS} says stage {plan.name} was skipped, but the "
                               "epochs of the stages before it leave it some; use overwrite=true")
         if done and done.get("completed"):
-            load_weights(module, inside_run_dir(run_dir, done.get("weights")))
+            weights = inside_run_dir(run_dir, done.get("weights"))
+            check_completed_stage(config, plan, done, weights, load_weights(module, weights))
             continue
         recorded_step = int((done or {}).get("global_step") or 0)
         resume_from, problem = resume_point(config, module, plan.name, run_dir, recorded_step)

@@ -17,17 +17,18 @@ import math
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rpm_lib.folder_lock import FolderBusyError, UnsafeLockFileError, exclusive_writer
-from rpm_lib.json_files import read_object, write_object
+from rpm_lib.json_files import printable, read_object, shown_value, write_object
 from rpm_lib.run_folder import (CHECKPOINTS, CONFIG, EXTRA_PREDICTIONS_GLOB, FINAL_WEIGHTS, FINISHED, HISTORY,
                                 METRICS, PREDICTIONS, PROGRESS, RUN_LOCK, UNFINISHED, recorded_weights)
 from rpm_lib.training.config import FINISHED_RUN_IGNORES, RESUMABLE_CHANGES, ConfigError, TrainConfig
-from rpm_lib.training.history import history_rows
+from rpm_lib.training.history import HISTORY_COLUMNS
 from rpm_lib.training.loggers import TENSORBOARD_DIR
 
 #: Files and folders of a run that ``overwrite`` deletes and ``resume`` continues (with the per-set prediction
@@ -195,25 +196,67 @@ def read_progress(path: Path) -> dict[str, Any]:
 
 def check_history(path: Path) -> None:
     """Refuse, in one line, a ``history.csv`` that a resumed stage cannot read back (it keeps the rows before the
-    resume point): text that is not UTF-8 CSV, no ``stage`` or ``epoch`` column, an epoch that is no whole number.
+    resume point) or that would lend the run numbers it never had: text that is not UTF-8 CSV, a NUL byte, no
+    ``stage`` or ``epoch`` column, a column ``history.csv`` does not have, a row with more cells than the header,
+    an epoch or step that is no whole number, a loss, accuracy or learning rate that is no number.
 
-    Checked before training: the stage read it only when it started, with a traceback.
+    Checked before training: the stage read it only when it started, or when it ended, with a traceback.
 
     Raises:
         ConfigError: naming the file and the line.
     """
     advice = "fix that line or delete the file (the run then resumes without the rows before), or use overwrite=true"
+    if not path.is_file():
+        return
     try:
-        rows = history_rows(path)
+        with path.open(newline="", encoding="utf-8") as handle:
+            records = list(_numbered_records(csv.reader(handle)))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise ConfigError(f"resume: {path}: unreadable ({type(error).__name__}: {error}); delete it (the run then "
-                          "resumes without the rows before) or use overwrite=true") from None
-    for number, row in enumerate(rows, start=2):  # line 1 is the header
-        epoch = row.get("epoch")
-        if row.get("stage") is None or epoch is None:
-            raise ConfigError(f"resume: {path}: line {number}: no 'stage' and 'epoch' columns; {advice}")
-        if not (epoch.strip().isascii() and epoch.strip().isdigit()):
-            raise ConfigError(f"resume: {path}: line {number}: epoch {epoch!r} is not a whole number >= 0; {advice}")
+        raise ConfigError(f"resume: {path}: unreadable ({type(error).__name__}: {printable(error, 200)}); delete "
+                          "it (the run then resumes without the rows before) or use overwrite=true") from None
+    if not records:
+        return
+
+    def refuse(number: int, what: str) -> ConfigError:
+        return ConfigError(f"resume: {path}: line {number}: {what}; {advice}")
+
+    for number, cells in records:
+        if any("\x00" in cell for cell in cells):
+            # What a crash or a damaged copy leaves; the csv module reads it as text, so the row would pass.
+            raise refuse(number, "holds a NUL byte (a damaged file)")
+    (_, header), rows = records[0], records[1:]
+    if "stage" not in header or "epoch" not in header:
+        raise refuse(1, "no 'stage' and 'epoch' columns")
+    unknown = [column for column in header if column not in HISTORY_COLUMNS]
+    if unknown:
+        # The stage writes the file back with its own columns only, and failed on any other one.
+        raise refuse(1, f"column {shown_value(unknown[0])} is not one of {', '.join(HISTORY_COLUMNS)}")
+    for number, cells in rows:
+        if len(cells) > len(header):
+            raise refuse(number, f"{len(cells)} cells where the header names {len(header)} columns")
+        row = dict(zip(header, cells))
+        if row.get("stage") is None or row.get("epoch") is None:
+            raise refuse(number, "no 'stage' and 'epoch' columns")
+        for column in ("epoch", "step"):
+            value = row.get(column, "")
+            if (column == "epoch" or value.strip()) and not (value.strip().isascii() and value.strip().isdigit()):
+                raise refuse(number, f"{column} {shown_value(value)} is not a whole number >= 0")
+        for column in ("train_loss", "val_loss", "val_accuracy", "lr"):
+            value = row.get(column, "")
+            if value.strip():
+                try:
+                    float(value)
+                except ValueError:
+                    raise refuse(number, f"{column} {shown_value(value)} is not a number") from None
+
+
+def _numbered_records(reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of each non-blank record of a ``csv.reader``, numbered by the line it starts on."""
+    start = 1
+    for cells in reader:
+        if cells:
+            yield start, cells
+        start = reader.line_num + 1
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ other settings or other data. Most cases resume a copy of the ``stopped`` run of
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -48,15 +49,42 @@ def test_a_progress_file_with_a_field_of_the_wrong_type_is_one_line_before_train
     assert last.read_bytes() == before  # refused before the stage trained
 
 
+@pytest.mark.parametrize(("edit", "keep_last", "reason"), [
+    # found: the 99 epochs were copied into metrics.json (and from there into a shipped model's record)
+    ({"epochs": 99}, False, "'stages.pretrain.epochs' is 99, more than this config's limit for stage pretrain (1 "),
+    ({"global_step": 7}, True, "'stages.pretrain.global_step' is 7, but {last} shows 2"),
+])
+def test_a_completed_stage_whose_record_is_not_what_it_trained_is_refused_not_copied_into_metrics(
+        stopped: TrainConfig, tmp_path: Path, edit: dict, keep_last: bool, reason: str) -> None:
+    config = copy_run(stopped, tmp_path)
+    run_dir = Path(config.run_dir)
+    last = run_dir / "checkpoints" / "pretrain" / "last.ckpt"
+    if not keep_last:
+        last.unlink()  # as a packed run keeps it: the stage's limit still bounds its record
+    path = _edit_progress(config, lambda p: p["stages"]["pretrain"].update(edit))
+    with pytest.raises(ConfigError) as error:
+        train(config)
+    message = str(error.value)
+    assert message.startswith(f"{path}: field {reason.format(last=last)}") and "\n" not in message, message
+    assert not (run_dir / "metrics.json").exists()
+
+
 @pytest.mark.parametrize(("damage", "reason"), [
     (lambda text: text.replace("\nlinear,0,", "\nlinear,abc,"), "line 3: epoch 'abc' is not a whole number"),
     (lambda text: text.replace("stage,epoch", "stagex,epoch"), "no 'stage' and 'epoch' columns"),
     (lambda text: b"\x8e\xff\x00 not text", "unreadable (UnicodeDecodeError"),
+    # found: one NUL byte in the header made a column the stage's writer does not have, a ValueError traceback
+    (lambda text: text.replace(",lr\n", ",l\x00r\n"), "line 1: holds a NUL byte"),
+    (lambda text: text.replace(",lr\n", ",lrx\n"), "line 1: column 'lrx' is not one of stage, epoch"),
+    (lambda text: text.replace("\nlinear,0,", "\nlinear,0,9,"), "line 3: 8 cells where the header names 7"),
+    # found: ValueError when the stage ended and looked up its best epoch's accuracy
+    (lambda text: re.sub(r"\nlinear,0,(\w+),([^,]*),[^,]*,", r"\nlinear,0,\1,\2,abc,", text),
+     "line 3: val_loss 'abc' is not a number"),
 ])
 def test_a_damaged_history_file_is_one_line_before_a_resumed_stage_reads_it(stopped: TrainConfig, tmp_path: Path,
                                                                              damage, reason: str) -> None:
     # found: ValueError / KeyError / UnicodeDecodeError tracebacks from the stage's history callback
-    config = copy_run(stopped, tmp_path)
+    config = copy_run(stopped, tmp_path, linear_eval_epochs=2)  # stage linear has an epoch left to train
     history = Path(config.run_dir) / "history.csv"
     damaged = damage(history.read_text())
     history.write_bytes(damaged if isinstance(damaged, bytes) else damaged.encode())
