@@ -213,8 +213,8 @@ def test_a_slurm_record_naming_its_job_by_a_number_or_nested_deep_reads_as_no_re
 
     record = tmp_path / slurm.JOB_RECORD
     record.write_text('{"job_id": 4242}')
-    assert slurm._job_record(tmp_path) is None
+    assert slurm.job_record(tmp_path) is None
     record.write_text("[" * 100_000 + "]" * 100_000)
-    assert slurm._job_record(tmp_path) is None
+    assert slurm.job_record(tmp_path) is None
     record.write_text('{"job_id": "4242"}')
-    assert slurm._job_record(tmp_path) == {"job_id": "4242"}
+    assert slurm.job_record(tmp_path) == {"job_id": "4242"}

@@ -60,7 +60,7 @@ IMPORT_TO_DIST = {
 #: rpm_lib modules whose third-party imports may come from the ``notebooks`` extra (imported inside functions).
 NOTEBOOK_HELPERS = frozenset({"notebook_execution.py", "notebook.py", "batch.py", "batch_config.py", "notebook_cli.py"})
 #: Modules that may import the ``cluster`` extra (submitit), inside functions: ``rpm-batch --executor slurm``.
-CLUSTER_HELPERS = frozenset({"slurm.py", "slurm_start.py"})
+CLUSTER_HELPERS = frozenset({"slurm.py", "slurm_task.py", "slurm_start.py"})
 #: Pinned in requirements*.txt without being a declared dependency: rpm_lib never imports them directly.
 TRANSITIVE_PINS = {
     "torchmetrics": "lightning's own dependency; pinned so the tested set is reproducible",

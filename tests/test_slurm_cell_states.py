@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rpm_lib import batch
-from rpm_lib.batch import cell, slurm
+from rpm_lib.batch import cell, slurm, slurm_task
 from rpm_lib.batch.config import SlurmSettings
 from rpm_lib.run_folder import RunStatus
 
@@ -54,7 +54,7 @@ class FakeSlurm:
 
 
 def _setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeSlurm) -> tuple[Any, list, Path]:
-    monkeypatch.setattr(slurm, "_run", fake)
+    monkeypatch.setattr(slurm, "run_command", fake)
     monkeypatch.setattr(slurm.time, "sleep", lambda seconds: None)
     config = batch.load_batch_config(_config(tmp_path))
     specs = batch.expand_grid(config)
@@ -139,7 +139,7 @@ def test_an_unreachable_controller_is_waited_out_and_said_once(tmp_path: Path, m
     with pytest.raises(slurm.ControllerUnreachable, match="unreachable for 6[0-9] s"):
         slurm.cell_status(config, specs, out, log=lines.append)
     # a refusal that is not an outage is not retried
-    monkeypatch.setattr(slurm, "_run", lambda command: (_ for _ in ()).throw(slurm.SlurmError("squeue -h failed: "
+    monkeypatch.setattr(slurm, "run_command", lambda command: (_ for _ in ()).throw(slurm.SlurmError("squeue -h failed: "
                                                                                                 "Invalid job id")))
     with pytest.raises(slurm.SlurmError, match="Invalid job id"):
         slurm.cell_status(config, specs, out, patience_s=None)
@@ -153,10 +153,10 @@ def test_the_controller_s_own_words_for_an_outage_are_told_from_a_refusal(monkey
     script.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(slurm.ControllerUnreachable):
-        slurm._run(["squeue", "-h"])
+        slurm.run_command(["squeue", "-h"])
     script.write_text("#!/bin/sh\necho 'squeue: error: Invalid job id specified' >&2\nexit 1\n")
     with pytest.raises(slurm.SlurmError) as refused:
-        slurm._run(["squeue", "-h"])
+        slurm.run_command(["squeue", "-h"])
     assert not isinstance(refused.value, slurm.ControllerUnreachable)
 
 
@@ -183,13 +183,13 @@ def test_a_user_s_cancel_is_told_from_the_time_limit_and_preemption(
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
     monkeypatch.setenv("SLURM_NODEID", "0")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node1")
-    assert slurm._cancelled_by_user() is by_user
+    assert slurm_task.cancelled_by_user() is by_user
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    assert slurm._cancelled_by(run_dir, "12_0", terminated=True) == ("scancel" if by_user else None)
-    assert slurm._cancelled_by(run_dir, "12_0", terminated=False) == ("scancel" if by_user else None)  # recorded
+    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=True) == ("scancel" if by_user else None)
+    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=False) == ("scancel" if by_user else None)  # recorded
     (run_dir / slurm.JOB_RECORD).write_text(json.dumps({"job_id": "12_0", "cancelled": True}))
-    assert slurm._cancelled_by(run_dir, "12_0", terminated=False) == "rpm-batch cancel"
+    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=False) == "rpm-batch cancel"
 
 
 @pytest.mark.parametrize(("setting", "named"), [
@@ -200,12 +200,12 @@ def test_a_user_s_cancel_is_told_from_the_time_limit_and_preemption(
 def test_settings_no_node_can_give_are_refused_before_submitting(setting: dict[str, Any], named: str,
                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeSlurm(sinfo="4|32000|(null)\n8|64000|gpu:a100:2(S:0-1)\n")
-    monkeypatch.setattr(slurm, "_run", fake)
+    monkeypatch.setattr(slurm, "run_command", fake)
     with pytest.raises(batch.BatchConfigError, match="would wait for ever") as refused:
         slurm.check_partition(SlurmSettings(**setting), "grid.yaml")
     assert named in str(refused.value)
     slurm.check_partition(SlurmSettings(cpus_per_task=8, mem_gb=62.5, gpus_per_task=2), "grid.yaml")
-    monkeypatch.setattr(slurm, "_run", FakeSlurm(down=10))  # sinfo cannot say: sbatch checks it
+    monkeypatch.setattr(slurm, "run_command", FakeSlurm(down=10))  # sinfo cannot say: sbatch checks it
     slurm.check_partition(SlurmSettings(cpus_per_task=1000), "grid.yaml")
 
 

@@ -32,239 +32,35 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import shlex
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpm_lib.batch.cell import run_dir_of, run_one
+from rpm_lib.batch.cell import run_dir_of
 from rpm_lib.batch.config import BatchConfig, BatchConfigError, RunSpec, SlurmSettings, check_settings, job_settings
+from rpm_lib.batch.slurm_client import (CANCEL_LINE, JOB_LOG, JOB_RECORD, REQUEUE_LINE, ControllerUnreachable,
+                                        SlurmError, job_ids_of, job_record, job_record_damage, patiently, require,
+                                        run_command)
+from rpm_lib.batch.slurm_task import GridCell
 from rpm_lib.folder_lock import exclusive_writer
-from rpm_lib.json_files import printable, read_object, read_object_or_empty, shown_value, write_object
-from rpm_lib.run_folder import ERROR, STOP_FILE, RunStatus, is_finished, request_stop, stopped_by_budget
-from rpm_lib.training.stop_signals import held_from_the_kernel
+from rpm_lib.json_files import write_object
+from rpm_lib.run_folder import ERROR, RunStatus, is_finished
 
-#: Per-run record of the job that runs it.
-JOB_RECORD = "slurm.json"
-#: Per-run log of the job's starts, ends and requeues.
-JOB_LOG = "slurm.log"
-#: The ``slurm.log`` line of a requeue (``rpm-batch status`` counts them).
-REQUEUE_LINE = "requeued to resume the run"
+__all__ = ["CANCEL_LINE", "JOB_LOG", "JOB_RECORD", "REQUEUE_LINE", "ControllerUnreachable", "SlurmError", "GridCell",
+           "submit", "sbatch_parameters", "partition_limits", "check_partition", "CellStatus", "squeue_states",
+           "cell_status", "status_table", "cancel", "wait", "job_ids_of", "job_record", "run_command"]
+
 #: squeue states shown as they are (everything a job can be in while SLURM still lists it).
 ACTIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUE_HOLD",
                  "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED")
-#: Seconds a task that requeued itself waits for SLURM to end it: returning first would let submitit mark the task
-#: completed.
-REQUEUE_WAIT_S = 300
-#: The ``slurm.log`` line of a cell whose job was cancelled (not requeued).
-CANCEL_LINE = "cancelled: the run stopped with its state saved; not requeued"
-#: What SLURM's commands print when its controller cannot be reached (a restart, a network blip): retried.
-CONTROLLER_UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
-                          "Connection timed out", "Unexpected message received", "Zero Bytes were transmitted",
-                          "Transport endpoint is not connected", "backup controller in standby mode")
 #: How long ``rpm-batch status`` and ``cancel`` retry an unreachable controller before they give up (seconds).
 STATUS_PATIENCE_S = 60.0
-#: The longest pause between two tries while the controller is unreachable (seconds).
-RETRY_MAX_PAUSE_S = 30.0
 #: The submission lock of a batch folder: one ``rpm-batch --executor slurm`` at a time submits its cells.
 SUBMIT_LOCK = ".rpm-batch-submit.lock"
-
-
-class SlurmError(RuntimeError):
-    """SLURM is missing or refused a command; the message says which and what it printed."""
-
-
-class ControllerUnreachable(SlurmError):
-    """SLURM's controller did not answer (:data:`CONTROLLER_UNREACHABLE`); trying again later may succeed."""
-
-
-def _require(command: str) -> str:
-    path = shutil.which(command)
-    if path is None:
-        raise SlurmError(f"'{command}' not found: --executor slurm needs the SLURM client commands (sbatch, squeue, "
-                         "scontrol, scancel) on PATH")
-    return path
-
-
-def _run(command: list[str]) -> str:
-    _require(command[0])
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-    except subprocess.TimeoutExpired:
-        raise ControllerUnreachable(f"{' '.join(command[:2])} failed: no answer within 120 s") from None
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        text = f"{' '.join(command[:2])} failed: {message[-1] if message else f'exit {done.returncode}'}"
-        unreachable = any(sign in (done.stderr or "") + (done.stdout or "") for sign in CONTROLLER_UNREACHABLE)
-        raise (ControllerUnreachable if unreachable else SlurmError)(text)
-    return done.stdout
-
-
-def _patiently(call: Any, patience_s: float | None, log: Any) -> Any:
-    """``call()``, tried again with growing pauses (2 s, doubling, at most :data:`RETRY_MAX_PAUSE_S`) while SLURM's
-    controller is unreachable: for ``patience_s`` seconds (``None``: until it answers). ``log`` gets one line when
-    the controller first fails to answer and one when it answers again.
-
-    Raises:
-        ControllerUnreachable: still unreachable after ``patience_s``.
-        SlurmError: any other refusal, at once.
-    """
-    pause, waited, said = 2.0, 0.0, False
-    while True:
-        try:
-            result = call()
-        except ControllerUnreachable as error:
-            if patience_s is not None and waited >= patience_s:
-                raise ControllerUnreachable(f"{error} (SLURM's controller unreachable for {waited:.0f} s)") from None
-            if not said:
-                log(f"rpm-batch: SLURM's controller unreachable ({error}); retrying")
-                said = True
-            time.sleep(pause)
-            waited += pause
-            pause = min(2 * pause, RETRY_MAX_PAUSE_S)
-            continue
-        if said:
-            log(f"rpm-batch: SLURM's controller answers again (after {waited:.0f} s)")
-        return result
-
-
-# ----------------------------------------------------------------------------------------------
-# the task
-# ----------------------------------------------------------------------------------------------
-class GridCell:
-    """The callable every task of the array runs (pickled by submitit): one grid cell, resumed where it stopped.
-
-    Args:
-        config: the batch.
-        out: the batch folder.
-        settings: the array's settings (time limit, signal delay, requeues).
-        cwd: the folder ``rpm-batch`` ran in (relative paths of the YAML and of the notebooks).
-    """
-
-    def __init__(self, config: BatchConfig, out: Path, settings: SlurmSettings, cwd: Path) -> None:
-        self.config = config
-        self.out = out
-        self.settings = settings
-        self.cwd = cwd
-
-    def __call__(self, spec: RunSpec) -> str:
-        os.chdir(self.cwd)
-        started = time.time()
-        run_dir = run_dir_of(self.out, spec)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        job = _job_id()
-        restarts = _restarts()
-        received: list[str] = []
-
-        def on_signal(signum: int, frame: Any) -> None:
-            # The run (in its notebook kernel) sees the file at its next step and stops with a resumable state.
-            request_stop(run_dir)
-            received.append(signal.Signals(signum).name)
-            _log(run_dir, f"job {job}: {received[-1]} received; asked the run to stop")
-
-        for sig in (signal.SIGUSR2, signal.SIGTERM):
-            signal.signal(sig, on_signal)
-        whole = self.settings.time_min * 60
-        end = started + whole - self.settings.signal_delay_s
-        _log(run_dir, f"job {job}: start on {socket.gethostname()} (restart {restarts}), run budget until "
-                      f"{time.strftime('%H:%M:%S', time.localtime(end))}")
-        threads = self.settings.cpus_per_task
-        with held_from_the_kernel() as arrived:
-            result = run_one(spec, self.config, self.out, threads=threads, deadline=(end, whole))
-        for name in arrived:
-            _log(run_dir, f"job {job}: {name} received during the run (the run's own process took it)")
-        if not (run_dir / STOP_FILE).is_symlink():  # a planted link is never followed, also not to delete
-            (run_dir / STOP_FILE).unlink(missing_ok=True)
-        _log(run_dir, f"job {job}: {result.status} after {time.time() - started:.0f} s")
-        if result.status == RunStatus.FAILED:
-            raise RuntimeError(f"{run_dir}: the run failed; see {run_dir / ERROR}")
-        if result.status == RunStatus.UNFINISHED or stopped_by_budget(run_dir):
-            by = _cancelled_by(run_dir, job, "SIGTERM" in received)
-            if by is not None:
-                _log(run_dir, f"job {job}: {CANCEL_LINE} ({by}; submitting the batch again resumes it)")
-                return RunStatus.UNFINISHED
-            if restarts >= self.settings.max_requeues:
-                _log(run_dir, f"job {job}: not requeued: {restarts} restarts reached max_requeues")
-                return RunStatus.UNFINISHED
-            _log(run_dir, f"job {job}: {REQUEUE_LINE}")  # before: SLURM may end this instance at once
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SLURM ends this instance now: let it
-            try:  # until shortly before the time limit, which would end this task anyway
-                patience = max(0.0, started + whole - time.time() - 10)
-                _patiently(lambda: _run(["scontrol", "requeue", job]), patience, lambda line: _log(run_dir, line))
-            except SlurmError as error:
-                # the run's state is saved: the cell is unfinished and resumable, not failed
-                _log(run_dir, f"job {job}: requeue failed: {error}; the run is unfinished and resumable (submit the "
-                              "batch again)")
-                return RunStatus.UNFINISHED
-            time.sleep(REQUEUE_WAIT_S)  # returning first would let submitit mark the task completed
-        return RunStatus.FINISHED if is_finished(run_dir) else result.status
-
-
-def _cancelled_by(run_dir: Path, job: str, terminated: bool) -> str | None:
-    """Who cancelled this cell's job, or None: ``rpm-batch cancel`` (the run's ``slurm.json`` says so, written before
-    its ``scancel``) or a user's ``scancel`` (SIGTERM arrived, and SLURM wrote its cancel line for the job without a
-    reason, :func:`_cancelled_by_user`; preemption and the time limit give theirs)."""
-    record = _job_record(run_dir) or {}
-    if record.get("cancelled"):
-        return record.get("cancelled_by") if isinstance(record.get("cancelled_by"), str) else "rpm-batch cancel"
-    if terminated and _cancelled_by_user():
-        write_object(run_dir / JOB_RECORD, {**record, "cancelled": True, "cancelled_by": "scancel"},
-                     indent=1)  # status shows it
-        return "scancel"
-    return None
-
-
-#: The line SLURM's step daemon writes into a job's standard error when it ends the job: ``*** JOB 12 ON node1
-#: CANCELLED AT 2026-11-28T10:00:00 ***`` for ``scancel``, with `` DUE TO TIME LIMIT``, `` DUE TO PREEMPTION``,
-#: `` DUE TO NODE FAILURE`` ... before the closing stars otherwise.
-_CANCEL_NOTICE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+( DUE TO [^*]*)? \*\*\*")
-
-
-def _cancelled_by_user() -> bool:
-    """Whether SLURM is ending this task because a user cancelled its job: the job's state is no help here (SLURM
-    shows ``COMPLETING`` until every process of the job has ended), so this reads the cancel line SLURM wrote into
-    the task's standard error (submitit's ``<job>_<task>_log.err``, its last 64 KB)."""
-    try:
-        from submitit import JobEnvironment
-
-        path = Path(JobEnvironment().paths.stderr)
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - (64 << 10)))
-            tail = handle.read().decode(errors="replace")
-    except (OSError, KeyError, RuntimeError):  # not in a submitit task, or its log unreadable
-        return False
-    notices = _CANCEL_NOTICE.findall(tail)
-    return bool(notices) and not notices[-1]
-
-
-def _restarts() -> int:
-    """How often SLURM has requeued this task."""
-    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-
-
-def _job_id() -> str:
-    """This task's id as scontrol knows it: ``<array job>_<task>`` in an array, else the job id."""
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID", "?")
-
-
-def _log(run_dir: Path, line: str) -> None:
-    """One dated line in the run's ``slurm.log``; on stderr (submitit's log of the task) as well when the file cannot
-    take it (a full disk), so that no line is lost."""
-    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n"
-    try:
-        with (run_dir / JOB_LOG).open("a") as handle:
-            handle.write(text)
-    except OSError as problem:
-        print(f"{text.rstrip()} ({JOB_LOG} not written: {problem})", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,12 +109,12 @@ def submit(config: BatchConfig, specs: Sequence[RunSpec], out: Path, settings: S
     import submitit
 
     parameters = sbatch_parameters(config, out, settings)  # a value that cannot go into the job script: refused now
-    _require("sbatch")
+    require("sbatch")
     check_partition(settings, str(config.path))
     out.mkdir(parents=True, exist_ok=True)
     with exclusive_writer(out / SUBMIT_LOCK, "rpm-batch --executor slurm (submitting)", out):
         todo = [s for s in specs if not is_finished(run_dir_of(out, s))]
-        recorded = {s.name: job_ids_of(_job_record(run_dir_of(out, s)) or {}) for s in todo}
+        recorded = {s.name: job_ids_of(job_record(run_dir_of(out, s)) or {}) for s in todo}
         active = squeue_states([job for jobs in recorded.values() for job in jobs])
         queued = [s for s in todo if any(active.get(job) in ACTIVE_STATES for job in recorded[s.name])]
         if queued:  # submitting again would train the same run folder twice at once
@@ -356,20 +152,12 @@ def submit(config: BatchConfig, specs: Sequence[RunSpec], out: Path, settings: S
     return pairs
 
 
-def job_ids_of(record: dict[str, Any]) -> list[str]:
-    """Every job id a run's ``slurm.json`` names, oldest first (``job_ids``; a record written before it kept every
-    id has ``job_id`` alone)."""
-    jobs = [job for job in record.get("job_ids", []) if isinstance(job, str)]
-    latest = record.get("job_id")
-    return jobs + [latest] if isinstance(latest, str) and latest not in jobs else jobs
-
-
 def partition_limits(partition: str | None) -> tuple[int, int, int] | None:
     """The most CPUs, memory (MB) and GPUs one node of ``partition`` (None: the default one) has, from ``sinfo``;
     None when ``sinfo`` cannot say (its answer is checked again by SLURM itself at submission)."""
     command = ["sinfo", "-h", "-e", "-o", "%c|%m|%G"] + (["-p", partition] if partition else [])
     try:
-        output = _run(command)
+        output = run_command(command)
     except SlurmError:
         return None
     cpus = memory = gpus = -1
@@ -430,7 +218,7 @@ def squeue_states(job_ids: Sequence[str]) -> dict[str, str]:
     """SLURM's state of each listed job id that SLURM still knows (array tasks as ``<array>_<task>``)."""
     if not job_ids:
         return {}
-    output = _run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(sorted(set(job_ids)))])
+    output = run_command(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(sorted(set(job_ids)))])
     states = {}
     for line in output.splitlines():
         job, _, state = line.strip().partition("|")
@@ -446,10 +234,10 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path, patien
                 log: Any = print) -> list[CellStatus]:
     """Where every cell stands: its files first (done, failed), then SLURM for the rest, asking SLURM again while
     its controller is unreachable (for ``patience_s`` seconds; None: until it answers)."""
-    records = {spec.name: _job_record(run_dir_of(out, spec)) or {} for spec in specs}
-    damage = {spec.name: _job_record_damage(run_dir_of(out, spec)) for spec in specs}
+    records = {spec.name: job_record(run_dir_of(out, spec)) or {} for spec in specs}
+    damage = {spec.name: job_record_damage(run_dir_of(out, spec)) for spec in specs}
     every_job = [job for record in records.values() for job in job_ids_of(record)]
-    active = _patiently(lambda: squeue_states(every_job), patience_s, log) if every_job else {}
+    active = patiently(lambda: squeue_states(every_job), patience_s, log) if every_job else {}
     statuses = []
     for spec in specs:
         run_dir = run_dir_of(out, spec)
@@ -486,38 +274,6 @@ def cell_status(config: BatchConfig, specs: Sequence[RunSpec], out: Path, patien
             state = RunStatus.UNFINISHED
         statuses.append(CellStatus(f"{spec.grid}/{spec.name}", state, job, restarts, len(listed)))
     return statuses
-
-
-#: The fields of ``slurm.json`` that status and cancel read, with their types.
-_JOB_RECORD_FIELDS: dict[str, type] = {"job_id": str, "job_ids": list, "cancelled": bool}
-
-
-def _job_record(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``slurm.json`` (None when it has none, or it is unreadable, too large or deep, or names its job
-    other than as text: a shared folder's record must not crash ``status`` or ``cancel``, which ask
-    :func:`_job_record_damage` why)."""
-    return read_object_or_empty(run_dir / JOB_RECORD, fields=_JOB_RECORD_FIELDS) or None
-
-
-def _job_record_damage(run_dir: Path) -> str | None:
-    """Why the run's ``slurm.json`` cannot tell the cell's jobs, in one line naming the file: not a JSON object
-    (truncated, damaged), a field of another type, no job id at all; None when the run has none or it can."""
-    path = run_dir / JOB_RECORD
-    if not (path.exists() or path.is_symlink()):
-        return None
-    try:
-        record = read_object(path, ValueError, fields=_JOB_RECORD_FIELDS)
-    except OSError as error:  # a folder, a dangling link, no permission
-        return printable(f"{path}: unreadable ({error.strerror or type(error).__name__})", 500)
-    except ValueError as error:
-        return printable(error, 500)
-    ids = record.get("job_ids", [])
-    wrong = next((job for job in ids if not isinstance(job, str)), None)
-    if wrong is not None:
-        return printable(f"{path}: field 'job_ids' must list job ids as text, got {shown_value(wrong, 40)}", 500)
-    if not job_ids_of(record):
-        return printable(f"{path}: names no job id", 500)
-    return None
 
 
 def status_table(statuses: Sequence[CellStatus]) -> str:
@@ -563,7 +319,7 @@ def cancel(config: BatchConfig, specs: Sequence[RunSpec], out: Path,
     ``warn`` (default: printed on stderr): nothing of it is cancelled, and it must not pass for a cell without jobs.
     """
     statuses = cell_status(config, specs, out)
-    records = {spec.name: _job_record(run_dir_of(out, spec)) for spec in specs}
+    records = {spec.name: job_record(run_dir_of(out, spec)) for spec in specs}
     active = squeue_states([job for record in records.values() if record for job in job_ids_of(record)])
     jobs = []
     for spec, status in zip(specs, statuses):
@@ -579,7 +335,7 @@ def cancel(config: BatchConfig, specs: Sequence[RunSpec], out: Path,
             write_object(run_dir_of(out, spec) / JOB_RECORD, {**record, "cancelled": True}, indent=1)
             jobs += listed
     if jobs:
-        _run(["scancel", *jobs])
+        run_command(["scancel", *jobs])
     return jobs
 
 
