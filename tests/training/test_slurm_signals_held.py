@@ -34,13 +34,17 @@ CHILD_MASK = ("import signal; print(sorted(signal.Signals(s).name for s in signa
 def test_a_kernel_started_by_a_slurm_task_inherits_the_stop_signals_blocked_and_the_task_takes_its_own(
         tmp_path: Path) -> None:
     result = _python(f"""
-        import json, os, signal, subprocess, sys
+        import json, os, signal, subprocess, sys, threading
         from rpm_lib.training.stop_signals import held_from_the_kernel
         handled = []
         signal.signal(signal.SIGUSR2, lambda *a: handled.append("USR2"))
         with held_from_the_kernel() as arrived:
             child = subprocess.run([sys.executable, "-c", {CHILD_MASK!r}], capture_output=True, text=True).stdout
-            os.kill(os.getpid(), signal.SIGUSR2)  # SLURM's early signal, to this task too
+            # SLURM's early signal, to this task too. Sent to the main thread: one sent to the process may be
+            # delivered to any thread that does not block it (the importing of torch started some), and that
+            # thread's delivery runs the handler instead, which is what happens in a task too (the run is stopping
+            # on the same signal then). The test pins what the block does, whatever the threads.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
         after = subprocess.run([sys.executable, "-c", {CHILD_MASK!r}], capture_output=True, text=True).stdout
         print(json.dumps({{"child": child.strip(), "after": after.strip(), "arrived": arrived, "handled": handled}}))
     """, tmp_path)
