@@ -1,4 +1,5 @@
-"""Learning benchmark on CPU: does SCL learn I-RAVEN with the CE, CE+AUX-sparse and MLCL+AUG setups?
+"""Learning benchmark on CPU: does an encoder (SCL by default) learn I-RAVEN with the CE, CE+AUX-sparse and MLCL+AUG
+setups?
 
 Generates a balanced I-RAVEN with the built-in generator, caches it at the benchmark's panel size, trains
 SCL with each setup through ``rpm_lib.training.train`` (exactly what ``rpm-train`` runs), and prints a
@@ -8,6 +9,7 @@ with >= 1,000 test problems in the full version).
 
     python bench/bench_learning.py            # full: 4-8 min per setup on 2 cores (~17 min for all 3)
     python bench/bench_learning.py --quick    # ~1 min smoke run (too few test problems for the p-value test)
+    python bench/bench_learning.py --encoder predrnet   # another registered encoder (PredRNet: ~3x SCL's time)
 
 Not a test: the numbers depend on the machine (and on its load: the 2-core machine is shared).
 """
@@ -92,13 +94,15 @@ def prepare_data(data_dir: Path, preset: Preset, seed: int, workers: int) -> Pat
     return cache
 
 
-def run_setup(setup: str, cache: Path, out_dir: Path, preset: Preset, seed: int, progress: bool) -> dict[str, Any]:
+def run_setup(setup: str, cache: Path, out_dir: Path, preset: Preset, seed: int, progress: bool,
+              encoder: str = "scl") -> dict[str, Any]:
     from rpm_lib.training import TrainConfig, train
 
     epochs = preset.pretrain_epochs if setup == "mlcl_aug" else preset.supervised_epochs
     config = TrainConfig(
-        run_dir=str(out_dir / setup), overwrite=True, seed=seed, data_root=str(cache), image_size=preset.image_size,
-        setup=setup, encoder="scl", batch_size=preset.batch_size, lr=preset.lr, max_epochs=epochs,
+        run_dir=str(out_dir / f"{encoder}-{setup}"), overwrite=True, seed=seed, data_root=str(cache),
+        image_size=preset.image_size, setup=setup, encoder=encoder, batch_size=preset.batch_size, lr=preset.lr,
+        max_epochs=epochs,
         linear_eval_epochs=preset.linear_eval_epochs, patience=epochs, max_val_samples=preset.max_val_samples,
         accelerator="cpu", devices=1, precision="32-true", num_workers=0, progress_bar=progress,
     )
@@ -129,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="~1 minute smoke version (tiny data, 1 epoch)")
     parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated subset of {','.join(SETUPS)}")
     parser.add_argument("--seed", type=int, default=0, help="data and training seed")
+    parser.add_argument("--encoder", default="scl", help="a registered encoder (rpm_lib.encoders.list_encoders())")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--data-dir", default=str(REPO / "data" / "bench"), help="where the generated set is kept")
     parser.add_argument("--out", default=str(REPO / "runs" / "bench_learning"), help="run folders")
@@ -148,18 +153,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(setups) - set(SETUPS))
     if unknown:
         parser.error(f"unknown setups {unknown}; choose from {', '.join(SETUPS)}")
+    from rpm_lib.encoders import list_encoders
+
+    if args.encoder not in list_encoders():
+        parser.error(f"unknown encoder {args.encoder!r}; choose from {', '.join(list_encoders())}")
     print(f"preset {preset_name}: {preset}; torch threads {args.threads}", flush=True)
 
     cache = prepare_data(Path(args.data_dir), preset, args.seed, workers=max(1, args.threads))
     results: dict[str, dict[str, Any]] = {}
     for setup in setups:
-        metrics = run_setup(setup, cache, Path(args.out) / preset_name, preset, args.seed, args.progress)
+        metrics = run_setup(setup, cache, Path(args.out) / preset_name, preset, args.seed, args.progress, args.encoder)
         results[setup] = metrics
         print(f"{setup}: test accuracy {100 * metrics['test_accuracy']:.1f}% on {metrics['test_num_samples']} "
               f"problems in {metrics['bench_wall_s'] / 60:.1f} min", flush=True)
 
     print()
-    print(f"## SCL on generated I-RAVEN ({preset.num_per_config} problems / configuration, {preset.image_size} px, "
+    print(f"## {args.encoder} on generated I-RAVEN ({preset.num_per_config} problems / configuration, {preset.image_size} px, "
           f"batch {preset.batch_size}, lr {preset.lr}; {preset.supervised_epochs} epochs CE / CE+AUX, "
           f"{preset.pretrain_epochs} + {preset.linear_eval_epochs} linear-eval epochs MLCL+AUG), CPU, "
           f"{args.threads} threads")

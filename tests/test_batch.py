@@ -260,9 +260,9 @@ def test_shipped_configs_are_valid_train_configs(name, monkeypatch):
         assert config.progress_bar is False and config.resume is True
     if name == "table1.yaml":
         main = [s for s in specs if s.grid == "main"]
-        assert len(main) == 4 * 5 * 4
+        assert len(main) == 5 * 5 * 4
         assert {s.parameters["setup"] for s in main} == {"ce", "ce_aux_dense", "ce_aux_sparse", "mlcl", "mlcl_aug"}
-        assert {s.parameters["encoder"] for s in main} == {"scl", "hrinet", "copinet", "wren"}
+        assert {s.parameters["encoder"] for s in main} == {"scl", "hrinet", "copinet", "wren", "predrnet"}
         assert {s.parameters["batch_size"] for s in main} == {128} and {s.parameters["lr"] for s in main} == {0.002}
         assert {s.grid for s in specs} == {"main", "ablation_beta", "ablation_batch_size"}
 

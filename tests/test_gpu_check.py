@@ -25,7 +25,7 @@ def test_cpu_dry_run_passes_every_part_and_writes_the_report(tmp_path: Path) -> 
     results = report["results"]
     assert list(results) == ["environment", "gpu_tests", "encoders", "encoders_compiled", "generate_cache",
                              "train_ce_aux_sparse", "train_mlcl_aug", "batch"]
-    assert set(results["encoders"]["numbers"]) == {"scl", "copinet", "hrinet", "wren"}
+    assert set(results["encoders"]["numbers"]) == {"scl", "copinet", "hrinet", "wren", "predrnet"}
     cache = results["generate_cache"]  # the campaign's recipe: straight into the training cache
     assert "--cache-size" in cache["command"] and cache["numbers"]["problems"] == 70, cache
     train = results["train_mlcl_aug"]["numbers"]

@@ -110,6 +110,22 @@ def test_table1_mean_std_over_seeds_and_order(tmp_path):
     assert failed[-1] == "KeyError: x"
 
 
+def test_predrnet_rows_sit_beside_its_own_publication_not_the_mlcl_paper(tmp_path):
+    """PredRNet is not in the MLCL paper: a CE row shows the PredRNet README's 96.5 (average only) and says whose."""
+    assert results.paper_row("predrnet", "ce").source == "PredRNet README (ICML 2023)"
+    assert results.paper_row("PredRNet", "mlcl_aug") is None
+    acc = {c: 0.9 for c in CONFIGURATIONS}
+    _make_run(tmp_path, "main", {"encoder": "predrnet", "setup": "ce", "seed": "0"}, {}, acc)
+    _make_run(tmp_path, "main", {"encoder": "scl", "setup": "ce", "seed": "0"}, {}, acc)
+    rows = results.table1(results.load_runs(tmp_path))
+    assert [(r.encoder, r.setup) for r in rows] == [("SCL", "CE"), ("PredRNet", "CE")]
+    md = results.table1_markdown(rows)
+    assert "| PredRNet | CE | – | 1 | 90.0 ± – | 96.5 ± – | -6.5 | 90.0 (–) |" in md
+    assert "PredRNet README (ICML 2023)'s, not the MLCL paper's" in md
+    parsed = list(csv.DictReader(results.write_table1(rows, tmp_path / "t.csv").open()))
+    assert parsed[1]["paper_average"] == "96.5" and parsed[1]["paper_Center"] == ""
+
+
 def test_table1_keeps_other_labels_apart(tmp_path):
     acc = {c: 0.5 for c in CONFIGURATIONS}
     for data in ("iraven", "raven"):

@@ -61,8 +61,8 @@ def sizes(dry_run: bool) -> dict[str, Any]:
     return {"device": "cuda", "batch": 128, "image": 80, "bench_steps": 10, "bench_warmup": 3, "per_config": 10000,
             "workers": 16, "loader_workers": 14, "train_budget_s": 60.0, "precision": "bf16-mixed", "max_epochs": 100,
             "sample_every": 10,
-            # scl first: compiling all four took over 80 s on an H200, and rows are kept as each one finishes
-            "compile_encoders": ["scl", "wren", "hrinet", "copinet"], "gpu_test_filter": None,
+            # scl first: compiling all took over 80 s on an H200, and rows are kept as each one finishes
+            "compile_encoders": ["scl", "wren", "hrinet", "copinet", "predrnet"], "gpu_test_filter": None,
             "budgets": {"environment": 10, "gpu_tests": 60, "encoders": 40, "encoders_compiled": 70,
                         "generate_cache": 60, "train_ce_aux_sparse": 120, "train_mlcl_aug": 120, "batch": 50}}
 

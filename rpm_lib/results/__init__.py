@@ -22,14 +22,16 @@ from __future__ import annotations
 from rpm_lib.results.accuracies import run_accuracies
 from rpm_lib.results.aggregate import AblationPoint, Table1Row, ablation_series, row_name, table1, table1_records
 from rpm_lib.results.gather import left_out_markdown, table1_and_left_out, write_tables
-from rpm_lib.results.paper import (CONFIGURATION_COLUMNS, ENCODER_NAMES, LITERATURE, PAPER_ABLATIONS, PAPER_TABLE1,
+from rpm_lib.results.paper import (CONFIGURATION_COLUMNS, ENCODER_NAMES, LITERATURE, OTHER_PUBLISHED_ROWS,
+                                   PAPER_ABLATIONS, PAPER_TABLE1,
                                    SETUP_LABELS, PaperRow, canonical_encoder, canonical_setup, paper_row)
 from rpm_lib.results.records import MAX_RECORD_BYTES, NOT_COMPARED, SYMLINK_PROBLEM, RunRecord, load_run, load_runs
 from rpm_lib.results.render import (eval_sets_table, markdown_table, runs_table, spreadsheet_safe, table1_cells,
                                     table1_header, table1_markdown, write_csv, write_table1)
 
 __all__ = [
-    "CONFIGURATION_COLUMNS", "ENCODER_NAMES", "LITERATURE", "PAPER_ABLATIONS", "PAPER_TABLE1", "SETUP_LABELS",
+    "CONFIGURATION_COLUMNS", "ENCODER_NAMES", "LITERATURE", "OTHER_PUBLISHED_ROWS", "PAPER_ABLATIONS", "PAPER_TABLE1",
+    "SETUP_LABELS",
     "PaperRow", "canonical_encoder", "canonical_setup", "paper_row",
     "run_accuracies",
     "MAX_RECORD_BYTES", "NOT_COMPARED", "SYMLINK_PROBLEM", "RunRecord", "load_run", "load_runs",

@@ -68,7 +68,7 @@ def table1_cells(rows: Sequence[Table1Row], with_paper: bool = True) -> list[lis
         for col in CONFIGURATION_COLUMNS:
             ours = _fmt(r.per_configuration.get(col))
             if paper is not None:
-                ours += f" ({_fmt(paper.per_configuration[col])})"
+                ours += f" ({_fmt(paper.per_configuration.get(col))})"
             cells.append(ours)
         out.append(cells)
     return out
@@ -87,6 +87,8 @@ def table1_markdown(rows: Sequence[Table1Row], with_paper: bool = True) -> str:
 def _row_notes(rows: Sequence[Table1Row]) -> str:
     """The rows' ``notes`` as a Markdown list under the table ("" when there are none)."""
     lines = [f"- {clean_text(row_name(r))}: {clean_text(note)}" for r in rows for note in r.notes]
+    lines += [f"- {clean_text(row_name(r))}: the published numbers beside it are the {r.paper.source}'s, not the "
+              "MLCL paper's" for r in rows if r.paper is not None and r.paper.source]
     return "\nNotes:\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
@@ -108,7 +110,7 @@ def write_table1(rows: Sequence[Table1Row], csv_path: str | Path, with_paper: bo
             v = r.per_configuration.get(col)
             line.append("" if v is None else round(v, 4))
             if with_paper:
-                line.append(r.paper.per_configuration[col] if r.paper else "")
+                line.append(r.paper.per_configuration.get(col, "") if r.paper else "")
         lines.append([*line, "; ".join(r.notes)])
     return write_csv(header, lines, csv_path)
 

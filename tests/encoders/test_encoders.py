@@ -15,8 +15,11 @@ REFERENCE_PARAMETERS: dict[str, int] = {
     "copinet": 1_690_000,
     "hrinet": 13_200_000,
     "wren": 1_220_000,
+    # The official predrnet_raven (3 extra stages, classifier_hidreduce 4) has 1,277,889; its last layer,
+    # Linear(256, 1), is rpm_lib's scoring head (257).
+    "predrnet": 1_277_632,
 }
-REFERENCE_EMBEDDING_DIM: dict[str, int] = {"scl": 400, "copinet": 256, "hrinet": 1024, "wren": 256}
+REFERENCE_EMBEDDING_DIM: dict[str, int] = {"scl": 400, "copinet": 256, "hrinet": 1024, "wren": 256, "predrnet": 256}
 
 
 def build(name: str, **kwargs: object) -> Encoder:

@@ -21,11 +21,11 @@ from rpm_lib.training.run import train
 from rpm_lib.training.setups import SETUPS
 from comparable_metrics import comparable as _comparable
 
-ALL_ENCODERS = ("scl", "copinet", "hrinet", "wren")
+ALL_ENCODERS = ("scl", "copinet", "hrinet", "wren", "predrnet")
 
 
-def test_the_four_encoders_are_registered() -> None:
-    assert set(ALL_ENCODERS) <= set(list_encoders())
+def test_every_registered_encoder_is_trained_below() -> None:
+    assert set(ALL_ENCODERS) == set(list_encoders())
 
 
 @pytest.mark.parametrize("encoder", ALL_ENCODERS)
