@@ -34,8 +34,13 @@ each round starts from empty folders. Reported: the median seconds of each, prob
 (rpm_lib's problems/s over the reference's), for plain I-RAVEN and, when the reference's script knows ``--mesh``,
 for I-RAVEN-Mesh (``--mesh 2`` there, ``--mesh`` here). A speed claim against another program is this ratio,
 measured in one run on one machine. With ``--reference`` only this part runs unless ``--parts`` names others.
+A RAVEN-FAIR checkout (yanivbenny/RAVEN_FAIR, script ``src/main.py``, which knows ``--fair``; its code is Python 2,
+so a Python 3 copy with the mechanical fixes, or ``--reference-python python2`` with its requirements) is compared
+as RAVEN (no flag there, ``--mode original`` here) and RAVEN-FAIR (``--fair 1`` there, ``--mode fair`` here);
+``--reference-kinds`` keeps some of the kinds.
 
     .venv/bin/python bench/bench_generate.py --reference ../raven-datasets [--reference-per-config 100]
+    .venv/bin/python bench/bench_generate.py --reference RAVEN_FAIR-py3 --reference-kinds RAVEN-FAIR
 
 Prints Markdown tables and the command line.
 """
@@ -159,11 +164,24 @@ def bench_one_process(root: Path, per_config: int, seed: int, mode: str) -> list
 
 def reference_script(folder: Path) -> Path:
     """The reference generator's ``main.py`` in its checkout ``folder`` (``I-RAVEN/main.py`` as in raven-datasets and
-    the original, or ``main.py`` at the top)."""
-    for script in (folder / "I-RAVEN" / "main.py", folder / "main.py"):
+    the original, ``src/main.py`` as in RAVEN_FAIR, or ``main.py`` at the top)."""
+    for script in (folder / "I-RAVEN" / "main.py", folder / "src" / "main.py", folder / "main.py"):
         if script.is_file():
             return script
-    raise SystemExit(f"bench_generate: error: --reference {folder}: no I-RAVEN/main.py or main.py there")
+    raise SystemExit(f"bench_generate: error: --reference {folder}: no I-RAVEN/main.py, src/main.py or main.py there")
+
+
+def reference_kinds(script: Path) -> list[tuple[str, list[str], list[str]]]:
+    """What the reference's script can make, as (kind, its flags, rpm-generate's flags): RAVEN and RAVEN-FAIR for a
+    script that knows ``--fair`` (RAVEN_FAIR: without the flag it writes RAVEN), else I-RAVEN and, for a script that
+    knows ``--mesh``, I-RAVEN-Mesh."""
+    text = script.read_text(encoding="utf-8", errors="replace")
+    if "--fair" in text:
+        return [("RAVEN", [], ["--mode", "original"]), ("RAVEN-FAIR", ["--fair", "1"], ["--mode", "fair"])]
+    kinds = [("I-RAVEN", [], [])]
+    if "--mesh" in text:
+        kinds.append(("I-RAVEN-Mesh", ["--mesh", "2"], ["--mesh"]))
+    return kinds
 
 
 def _problems_written(folder: Path) -> int:
@@ -189,13 +207,17 @@ def _timed(command: list[str], cwd: Path | None, out: Path, expected: int) -> fl
 
 
 def bench_reference(base: Path, reference: Path, python: str, per_config: int, rounds: int,
-                    seed: int) -> list[dict]:
-    """The reference generator and ``rpm-generate`` side by side, for plain I-RAVEN and (when the reference knows
-    ``--mesh``) I-RAVEN-Mesh: per kind, both commands' median wall seconds over ``rounds`` alternating rounds."""
+                    seed: int, only: list[str] | None = None) -> list[dict]:
+    """The reference generator and ``rpm-generate`` side by side, for each kind of :func:`reference_kinds` (those
+    named in ``only``, if given): per kind, both commands' median wall seconds over ``rounds`` alternating rounds."""
     script = reference_script(reference)
-    kinds = [("I-RAVEN", [], [])]
-    if "--mesh" in script.read_text(encoding="utf-8", errors="replace"):
-        kinds.append(("I-RAVEN-Mesh", ["--mesh", "2"], ["--mesh"]))
+    kinds = reference_kinds(script)
+    if only:
+        unknown = sorted(set(only) - {name for name, _, _ in kinds})
+        if unknown:
+            raise SystemExit(f"bench_generate: error: --reference-kinds: {', '.join(unknown)} not made by {script}; "
+                             f"it makes {', '.join(name for name, _, _ in kinds)}")
+        kinds = [kind for kind in kinds if kind[0] in only]
     expected = per_config * len(ALL_CONFIGURATIONS)
     rows = []
     for name, reference_flags, our_flags in kinds:
@@ -219,7 +241,7 @@ def bench_reference(base: Path, reference: Path, python: str, per_config: int, r
     return rows
 
 
-def print_reference(rows: list[dict], reference: Path, python: str, rounds: int) -> None:
+def print_reference(rows: list[dict], reference: Path, python: str, rounds: int, restricted: bool = False) -> None:
     print(f"\n## rpm-generate beside the reference generator ({reference}, run with {python}; one process each, "
           f"wall clock incl. start-up, median of {rounds} alternating rounds)\n")
     print("| kind | problems per round | reference s | reference problems/s | rpm_lib s | rpm_lib problems/s | "
@@ -228,7 +250,7 @@ def print_reference(rows: list[dict], reference: Path, python: str, rounds: int)
     for r in rows:
         print(f"| {r['kind']} | {r['problems']} | {r['reference_s']:.2f} | {r['problems'] / r['reference_s']:.1f} | "
               f"{r['rpm_lib_s']:.2f} | {r['problems'] / r['rpm_lib_s']:.1f} | {r['ratio']:.2f}x |")
-    if len(rows) == 1:
+    if [r["kind"] for r in rows] == ["I-RAVEN"] and not restricted:
         print("\n(the reference's script has no --mesh: I-RAVEN-Mesh not compared)")
 
 
@@ -250,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                              "comma-separated list of names")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the regime comparison (best of; default 3)")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--mode", default="balanced", choices=("balanced", "original"))
+    parser.add_argument("--mode", default="balanced", choices=("balanced", "original", "fair"))
     parser.add_argument("--keep", default=None, help="write into this folder and keep it (default: a temp folder)")
     parser.add_argument("--tmp", default=None, help="parent folder of the temporary output (default: system temp)")
     parser.add_argument("--reference", type=Path, default=None, metavar="DIR",
@@ -262,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="problems per configuration in each side-by-side round (default 100)")
     parser.add_argument("--reference-rounds", type=int, default=3,
                         help="alternating rounds of the side-by-side comparison (median of; default 3)")
+    parser.add_argument("--reference-kinds", default=None, metavar="KINDS",
+                        help="comma-separated kinds to compare (I-RAVEN, I-RAVEN-Mesh, RAVEN, RAVEN-FAIR; default: "
+                             "every kind the reference makes)")
     args = parser.parse_args(argv)
     known = PARTS + ((REFERENCE_PART,) if args.reference is not None else ())
     if args.parts is None:
@@ -290,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         if REFERENCE_PART in parts:
             reference_rows = bench_reference((base / "side_by_side").resolve(), args.reference.resolve(),
                                              args.reference_python,
-                                             args.reference_per_config, args.reference_rounds, args.seed)
+                                             args.reference_per_config, args.reference_rounds, args.seed,
+                                             [k.strip() for k in (args.reference_kinds or "").split(",") if k.strip()])
         if "one" in parts:
             print(f"one process, {args.per_config} problems per configuration ...", file=sys.stderr)
             rows = bench_one_process(base / "one", args.per_config, args.seed, args.mode)
@@ -312,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (shared), "
           f"Python {platform.python_version()}, numpy {np.__version__}, OpenCV {cv2.__version__}")
     if reference_rows is not None:
-        print_reference(reference_rows, args.reference, args.reference_python, args.reference_rounds)
+        print_reference(reference_rows, args.reference, args.reference_python, args.reference_rounds,
+                        restricted=bool(args.reference_kinds))
     if rows is not None:
         n_total = sum(r["n"] for r in rows)
         seconds = sum(r["seconds"] for r in rows)

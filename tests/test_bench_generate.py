@@ -78,4 +78,26 @@ def test_a_reference_without_mesh_is_compared_on_plain_i_raven_only(tmp_path: Pa
 
 def test_a_folder_without_a_generator_is_refused(tmp_path: Path) -> None:
     done = _bench("--reference", str(tmp_path), "--tmp", str(tmp_path), log=tmp_path / "calls.jsonl")
-    assert done.returncode != 0 and "no I-RAVEN/main.py or main.py" in done.stderr
+    assert done.returncode != 0 and "no I-RAVEN/main.py, src/main.py or main.py" in done.stderr
+
+
+def test_a_raven_fair_checkout_is_compared_as_raven_and_raven_fair(tmp_path: Path) -> None:
+    """RAVEN_FAIR's ``src/main.py`` knows ``--fair``: without it, it writes RAVEN (into <save-dir>/RAVEN-F with it)."""
+    script = tmp_path / "RAVEN_FAIR" / "src" / "main.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(FAKE_MAIN.format(mesh='parser.add_argument("--fair", type=int, default=0)'))
+    log = tmp_path / "calls.jsonl"
+    done = _bench("--reference", str(script.parents[1]), "--reference-per-config", "1", "--reference-rounds", "1",
+                  "--tmp", str(tmp_path), log=log)
+    assert done.returncode == 0, done.stderr[-3000:]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 2 and calls[0][-2:] != ["--fair", "1"] and calls[1][-2:] == ["--fair", "1"], calls
+    kinds = [line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| RAVEN")]
+    assert kinds == ["RAVEN", "RAVEN-FAIR"], done.stdout
+    only = _bench("--reference", str(script.parents[1]), "--reference-per-config", "1", "--reference-rounds", "1",
+                  "--reference-kinds", "RAVEN-FAIR", "--tmp", str(tmp_path), log=log)
+    assert only.returncode == 0 and [line.split("|")[1].strip() for line in only.stdout.splitlines()
+                                     if line.startswith("| RAVEN")] == ["RAVEN-FAIR"], only.stdout
+    wrong = _bench("--reference", str(script.parents[1]), "--reference-kinds", "I-RAVEN-Mesh", "--tmp", str(tmp_path),
+                   log=log)
+    assert wrong.returncode != 0 and "--reference-kinds: I-RAVEN-Mesh not made by" in wrong.stderr

@@ -55,7 +55,8 @@ from scipy.stats import chi2, chi2_contingency, chisquare
 from rpm_lib.generator import candidates as candidates_module
 from rpm_lib.generator.api import generate_problem, generate_problems, problem_rng
 from rpm_lib.generator.bias import chance_interval, context_blind_choice
-from rpm_lib.generator.candidates import has_lookalikes, modifiable_attributes
+from rpm_lib.generator.candidates import modifiable_attributes
+from rpm_lib.generator.lookalikes import has_lookalikes
 from rpm_lib.generator.constants import COLOR_MAX_LEVEL, FRESH_NUMBER_MAX_LEVEL, mesh_component_index
 from rpm_lib.generator.regimes import split_of
 from rpm_lib.generator.render import SPRITES, render_problem

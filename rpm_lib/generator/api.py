@@ -4,8 +4,8 @@ Seeding: problem ``k`` of a configuration is drawn from its own stream
 ``np.random.default_rng(np.random.SeedSequence([seed, CONFIGURATIONS.index(configuration), k]))``, so a
 problem depends only on ``(seed, configuration, k)`` -- not on how many problems or workers there are.
 (Deliberate deviation from the reference, which runs one legacy-RNG stream through all configurations.)
-Other deliberate deviations are listed in the module docstrings of ``sampling``, ``rows`` and
-``candidates`` (notably: candidate sets with two render-identical candidates are redrawn).
+Other deliberate deviations are listed in the module docstrings of ``sampling``, ``rows``, ``candidates`` and
+``fair_candidates`` (notably: candidate sets with two render-identical candidates are redrawn).
 
 Regimes (``regimes.py``, docs/generator.md "Generalisation regimes"): ``regime`` (a ``Regime``, a name of
 ``regimes.REGIMES`` such as ``"A/Color"``, or None = plain I-RAVEN) and the problem's ``split`` only change
@@ -24,7 +24,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from rpm_lib.generator.candidates import MODES, check_mode, make_candidates
+from rpm_lib.generator.candidate_sets import make_candidates
+from rpm_lib.generator.candidates import FAIR, MODES, check_mode
 from rpm_lib.generator.problem import Problem
 from rpm_lib.generator.regimes import Regime, check_split, resolve_regime, split_of
 from rpm_lib.generator.rows import generate_matrix
@@ -60,20 +61,26 @@ def generate_problem(
     Args:
         configuration: one of ``rpm_lib.rules.CONFIGURATIONS`` (folder names, e.g. ``"center_single"``).
         rng: the only source of randomness used.
-        mode: ``"balanced"`` (I-RAVEN, fills ``Problem.modified``) or ``"original"`` (RAVEN).
+        mode: ``"balanced"`` (I-RAVEN, fills ``Problem.modified``), ``"original"`` (RAVEN) or ``"fair"``
+            (RAVEN-FAIR; ``Problem.modified`` stays None as in its files, and ``problem.extra["fair_tree"]`` holds
+            the ``fair_candidates.FairTree``: each candidate's parent and path).
         regime: a ``regimes.Regime``, a registered name (``"A/Color"``, ``"I-RAVEN-Mesh"``, ...) or None
             (plain I-RAVEN). ``"I-RAVEN-Mesh"`` adds the Mesh component (docs/generator.md, "Mesh").
         split: ``"train"``, ``"val"`` (both train-like) or ``"test"`` (out of distribution); it selects the
             held-out groups' rules and changes nothing in plain I-RAVEN.
 
-    Raises ``ValueError`` for ``mode="original"`` with a Mesh regime (RAVEN never had a Mesh).
+    Raises ``ValueError`` for ``mode="original"`` or ``"fair"`` with a Mesh regime (RAVEN and RAVEN-FAIR never
+    had a Mesh).
     """
     _check_configuration(configuration)
     check_mode(mode, resolve_regime(regime).mesh)
     s = RandomStream.of(rng)
     rules, ranges = sample_rules(configuration, s, regime, split)
     panels = generate_matrix(configuration, rules, ranges, s)
-    candidates, target, modified = make_candidates(mode, rules, ranges, panels[8], s)
+    candidates, target, modified = make_candidates(mode, rules, ranges, panels[8], s, context=panels[:8])
+    extra = {}
+    if mode == FAIR:  # RAVEN-FAIR's files record no tree: keep it beside the problem, not in what is written
+        extra["fair_tree"], modified = modified, None
     return Problem(
         configuration=configuration,
         context=panels[:8],
@@ -82,6 +89,7 @@ def generate_problem(
         rules=rules,
         modified=modified,
         mode=mode,
+        extra=extra,
     )
 
 

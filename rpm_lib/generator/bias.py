@@ -7,14 +7,17 @@ Position (occupied slot set), Type, Size and Color (sorted levels of the entitie
 8 candidates share that value, sums the counts, and picks the candidate with the largest sum (ties broken
 by a seeded Generator). In RAVEN (``mode="original"``) every distractor changes one attribute of the answer,
 so the answer is the mode and the probe scores far above chance; in I-RAVEN (``mode="balanced"``) every
-value appears in exactly half of the candidates and the probe should score 1/8 up to sampling error.
+value appears in exactly half of the candidates and the probe should score 1/8 up to sampling error. RAVEN-FAIR
+(``mode="fair"``) grows its distractors as a tree of one-attribute changes from the answer; docs/generator.md,
+"RAVEN-FAIR", gives the probe's score on it.
 
 Mesh problems (docs/generator.md, "Mesh"): the Mesh is one more component, so its Number and Position (and
 its single-valued Type/Size/Color, the same for every candidate) enter the sums like any other component's;
-``--regime I-RAVEN-Mesh`` runs the probe on them (balanced mode only: RAVEN's candidates have no Mesh).
+``--regime I-RAVEN-Mesh`` runs the probe on them (balanced modes only: RAVEN's and RAVEN-FAIR's candidates have no
+Mesh).
 
 Run: ``python -m rpm_lib.generator.bias --count 2000`` (problems per mode, spread round-robin over the 7
-configurations); prints both accuracies and the 99% binomial interval of chance.
+configurations); prints each mode's accuracy and the 99% binomial interval of chance.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from scipy.stats import binom
 
 from rpm_lib.cli_parser import OneLineArgumentParser
 from rpm_lib.generator.api import MODES, generate_problem, problem_rng
-from rpm_lib.generator.candidates import MESH_FAITHFUL
+from rpm_lib.generator.candidates import FAIR, MESH_FAITHFUL
 from rpm_lib.generator.problem import Panel
 from rpm_lib.generator.regimes import resolve_regime
 from rpm_lib.rules import CONFIGURATIONS
@@ -142,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(f"--regime: {error}")
     for mode in MODES:
-        if mesh and mode == "original":
+        if mesh and mode in ("original", FAIR):
             print(f"{mode:>9}: not defined for Mesh problems (skipped)")
             continue
         if not mesh and mode == MESH_FAITHFUL:  # only differs from balanced with the Mesh

@@ -1,5 +1,6 @@
 """Candidate answers: RAVEN's one-attribute distractors and I-RAVEN's attribute bisection tree, plus the
-shared list of modifiable attributes (``sample_attr_avail``). See docs/generator.md, "Candidate sets".
+shared list of modifiable attributes (``sample_attr_avail``) and the candidate modes. ``candidate_sets.make_candidates``
+picks a mode's procedure (RAVEN-FAIR's is ``fair_candidates``). See docs/generator.md, "Candidate sets".
 
 Both generators start from the answer P33 and only change attributes whose change breaks a rule *visibly*:
 Number/Position always (where another value exists), Type/Size/Color when their rule is not Constant, or
@@ -10,9 +11,9 @@ Deliberate deviations: the final shuffle uses the caller's Generator instead of 
 and rejection loops over *levels* (``sample_new`` retrying used levels) are replaced by uniform draws over
 the still-allowed levels (same distribution). Loops over position sets are kept where a level and a set are
 drawn jointly (RAVEN's Number distractor), because there the retry changes the level distribution.
-:func:`make_candidates` redraws a candidate set in which two candidates would render pixel-identically
-(squares of Size 0.6 and 0.7 in In_Distribute_Four, ``constants.RENDER_IDENTICAL_SIZES``): the reference
-generators do not, and then produce two identical images -- sometimes a distractor that looks exactly like
+``candidate_sets.make_candidates`` redraws a candidate set in which two candidates would render pixel-identically
+(``lookalikes``; squares of Size 0.6 and 0.7 in In_Distribute_Four, ``constants.RENDER_IDENTICAL_SIZES``): the
+reference generators do not, and then produce two identical images -- sometimes a distractor that looks exactly like
 the answer (about 2% of RAVEN and 0.3% of I-RAVEN in_distribute_four_out_center_single problems). In
 Mesh problems it also renders the candidates and redraws when two images are equal although their keys
 differ (a black Mesh line lying on a black-filled shape is invisible).
@@ -21,8 +22,8 @@ Mesh problems (docs/generator.md, "Mesh"): the Mesh is one more component whose 
 Position (only with fewer than 12 lines) are modifiable; its Type/Size/Color have one value and never are.
 The balanced tree then takes a *quota*: when more than 3 attributes are modifiable, 1..(number of modifiable
 Mesh attributes) of the 3 perturbed ones, uniformly, are the Mesh's, the rest other components'; the
-selection is shuffled in every case (raven-datasets). Original (RAVEN) candidates are not defined for Mesh
-problems and are refused.
+selection is shuffled in every case (raven-datasets). Original (RAVEN) and fair (RAVEN-FAIR) candidates are not
+defined for Mesh problems and are refused.
 
 Deliberate deviation in Mesh problems (docs/generator.md, "Line counts the candidates do not give away"):
 raven-datasets draws the Mesh's Number alternative uniformly over the other levels, so the distractors tend to
@@ -36,20 +37,9 @@ unchanged: without the Mesh both rules coincide.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from math import comb
 
-import numpy as np
-
-from rpm_lib.generator.constants import (
-    COLOR_MAX_LEVEL,
-    IMAGE_SIZE,
-    LAYOUTS,
-    MESH_LAYOUT,
-    RENDER_IDENTICAL_SIZES,
-    configuration_of,
-    has_mesh,
-)
+from rpm_lib.generator.constants import has_mesh
 from rpm_lib.generator.mesh_balance import alternative_distribution
 from rpm_lib.generator.problem import ComponentPanel, Panel, Rule
 from rpm_lib.generator.rows import UNIFORM_LEVEL, sample_entity
@@ -58,20 +48,16 @@ from rpm_lib.generator.sampling import ComponentRanges, RandomStream
 __all__ = [
     "MODES",
     "MESH_FAITHFUL",
+    "FAIR",
     "check_mode",
     "ModifiableAttribute",
     "modifiable_attributes",
     "select_attributes",
     "original_candidates",
     "balanced_candidates",
-    "rendered_key",
-    "has_lookalikes",
-    "has_hidden_lookalikes",
-    "make_candidates",
 ]
 
 N_CANDIDATES = 8
-MAX_REDRAWS = 100
 
 
 @dataclass
@@ -221,21 +207,24 @@ def original_candidates(
 
 
 #: Candidate modes: ``"balanced"`` = I-RAVEN attribute bisection tree, ``"original"`` = RAVEN distractors,
-#: ``"mesh-faithful"`` = the balanced tree of a Mesh problem drawn exactly as raven-datasets draws it (its Mesh
-#: Number alternatives give the answer away: docs/generator.md, "Line counts the candidates do not give away").
+#: ``"fair"`` = RAVEN-FAIR's tree of one-attribute changes (``fair_candidates``), ``"mesh-faithful"`` = the
+#: balanced tree of a Mesh problem drawn exactly as raven-datasets draws it (its Mesh Number alternatives give the
+#: answer away: docs/generator.md, "Line counts the candidates do not give away").
 MESH_FAITHFUL = "mesh-faithful"
-MODES: tuple[str, ...] = ("balanced", "original", MESH_FAITHFUL)
+FAIR = "fair"
+MODES: tuple[str, ...] = ("balanced", "original", FAIR, MESH_FAITHFUL)
 
 
 def check_mode(mode: str, mesh: bool = False) -> None:
     """One-line ``ValueError`` unless ``mode`` can build the candidates of a problem with (``mesh``) or
-    without the Mesh: "balanced" always, "original" only without (RAVEN never had a Mesh), "mesh-faithful"
-    only with it."""
+    without the Mesh: "balanced" always, "original" and "fair" only without (RAVEN and RAVEN-FAIR never had a
+    Mesh), "mesh-faithful" only with it."""
     if mode not in MODES:
         raise ValueError(f"unknown candidate mode {mode!r}; expected one of {MODES}")
-    if mesh and mode == "original":
+    if mesh and mode in ("original", FAIR):
+        name = "original (RAVEN)" if mode == "original" else "fair (RAVEN-FAIR)"
         raise ValueError(
-            "original (RAVEN) candidates are not defined for a Mesh problem: the I-RAVEN-Mesh generator "
+            f"{name} candidates are not defined for a Mesh problem: the I-RAVEN-Mesh generator "
             "builds only balanced (I-RAVEN) candidates; use mode='balanced'"
         )
     if not mesh and mode == MESH_FAITHFUL:
@@ -460,141 +449,3 @@ def _mesh_number_draw(rules, ranges, answer, entries, selected, mesh_component):
         return alternative_distribution(rule, start, answer_level, n_rest, mesh_attrs, rest_selected, levels)
 
     return draw
-
-
-# -------------------------------------------------------------------------------------------------
-# Look-alike guard
-# -------------------------------------------------------------------------------------------------
-
-
-def rendered_key(panel: Panel) -> tuple:
-    """What the rendered image of ``panel`` depends on: per component, the set of (slot, type, size, color,
-    angle) with render-identical sizes mapped to one representative. Equal keys => equal images."""
-    key = []
-    for comp in panel.components:
-        if comp.layout == MESH_LAYOUT:  # all lines look alike: the slot set is the image
-            key.append(frozenset(comp.slots))
-            continue
-        items = []
-        for slot, e in zip(comp.slots, comp.entities):
-            alias = RENDER_IDENTICAL_SIZES.get((comp.layout, e.type))
-            size = alias.get(e.size, e.size) if alias else e.size
-            items.append((slot, e.type, size, e.color, e.angle))
-        key.append(frozenset(items))
-    return tuple(key)
-
-
-def has_lookalikes(candidates: list[Panel]) -> bool:
-    """True when two candidates would render to the same image because their keys are equal."""
-    return len({rendered_key(panel) for panel in candidates}) < len(candidates)
-
-
-# A black-filled entity lies within its circumradius plus the crop margin of the renderer (outline, interpolation).
-_HIDING_MARGIN = 4
-# A line's ends may be covered by the lines meeting it at a lattice node; only its interior must be hidden.
-_LINE_END_MARGIN = 4
-
-
-@lru_cache(maxsize=None)
-def _black_extent(layout: str, slot: int, type_level: int, size_level: int) -> tuple[int, int, int, int]:
-    """``(x0, y0, x1, y1)`` px: a square holding every pixel of the entity at any angle."""
-    from rpm_lib.generator.render import entity_geometry  # lazy: OpenCV only when needed
-
-    geometry = entity_geometry(LAYOUTS[layout].slots[slot], type_level, size_level)
-    reach = int(np.ceil(geometry.circumradius())) + _HIDING_MARGIN
-    x, y = geometry.center
-    return x - reach, y - reach, x + reach, y + reach
-
-
-@lru_cache(maxsize=None)
-def _line_interior(slot: int) -> tuple[int, int, int, int]:
-    """``(x0, y0, x1, y1)`` px of Mesh line ``slot``'s pixels, less ``_LINE_END_MARGIN`` at both ends."""
-    from rpm_lib.generator.render import line_pixels
-
-    rows, cols = np.divmod(line_pixels(LAYOUTS[MESH_LAYOUT].slots[slot]), IMAGE_SIZE)
-    x0, x1, y0, y1 = int(cols.min()), int(cols.max()), int(rows.min()), int(rows.max())
-    if x1 - x0 > y1 - y0:  # horizontal
-        return x0 + _LINE_END_MARGIN, y0, x1 - _LINE_END_MARGIN, y1
-    return x0, y0 + _LINE_END_MARGIN, x1, y1 - _LINE_END_MARGIN
-
-
-def _covered(low: int, high: int, intervals: list[tuple[int, int]]) -> bool:
-    """Whether the union of the closed integer ``intervals`` covers ``low .. high``."""
-    reach = low - 1
-    for start, end in sorted(intervals):
-        if start > reach + 1:
-            break
-        reach = max(reach, end)
-        if reach >= high:
-            return True
-    return reach >= high
-
-
-def _line_may_hide(panel: Panel) -> bool:
-    """False when no Mesh line of ``panel`` can vanish under its black-filled shapes: a vanishing line's interior
-    lies inside the black shapes, so inside the union of the squares around them (checked row by row along a
-    horizontal line, column by column along a vertical one). A cheap necessary test that lets
-    :func:`has_hidden_lookalikes` skip rendering in most problems that have a black shape (same answers)."""
-    boxes = [_black_extent(comp.layout, slot, e.type, e.size) for comp in panel.components[:-1]
-             for slot, e in zip(comp.slots, comp.entities) if e.color == COLOR_MAX_LEVEL]
-    if not boxes:
-        return False
-    for slot in panel.components[-1].slots:
-        x0, y0, x1, y1 = _line_interior(slot)
-        if x1 - x0 > y1 - y0:  # horizontal: every pixel row of the line must be covered along x
-            if all(_covered(x0, x1, [(b[0], b[2]) for b in boxes if b[1] <= y <= b[3]]) for y in range(y0, y1 + 1)):
-                return True
-        elif all(_covered(y0, y1, [(b[1], b[3]) for b in boxes if b[0] <= x <= b[2]]) for x in range(x0, x1 + 1)):
-            return True
-    return False
-
-
-def has_hidden_lookalikes(candidates: list[Panel]) -> bool:
-    """True when two Mesh candidates render to the same image although their keys differ: the Mesh's lines
-    are black and drawn over the shapes, so a line lying entirely on a black-filled shape is invisible
-    (measured: 1 of 14,000 generated Center problems had two such candidates before this check).
-
-    Exact, and cheap in most problems: only a shape filled with the black Color level can hide a line -- every
-    line keeps pixels outside the black pixels of all possible other entities and dividers of its configuration
-    (checked exhaustively by tests/generator/test_mesh.py) -- so without one nothing is rendered; otherwise the
-    shapes of each distinct shape part are rendered once and the lines drawn over a copy per candidate.
-    """
-    from rpm_lib.generator.render import draw_mesh_into, draw_panel_into  # lazy: OpenCV only when needed
-
-    layouts = [c.layout for c in candidates[0].components]
-    if not has_mesh(layouts):
-        return False
-    if not any(_line_may_hide(panel) for panel in candidates):  # no black shape, or none that can cover a line
-        return False
-    configuration = configuration_of(layouts[:-1])
-    shapes: dict[tuple, np.ndarray] = {}
-    images = set()
-    for panel in candidates:
-        part = Panel(panel.components[:-1])
-        key = rendered_key(part)
-        base = shapes.get(key)
-        if base is None:
-            base = shapes[key] = draw_panel_into(np.empty((IMAGE_SIZE, IMAGE_SIZE), np.uint8), configuration, part)
-        images.add(draw_mesh_into(base.copy(), configuration, panel.components[-1]).tobytes())
-    return len(images) < len(candidates)
-
-
-def make_candidates(
-    mode: str, rules: list[Rule], ranges: list[ComponentRanges], answer: Panel, s: RandomStream
-) -> tuple[list[Panel], int, list[list[tuple[int, str]]] | None]:
-    """Candidates in ``mode`` ("balanced", "original" or, with the Mesh, "mesh-faithful"), redrawn while two
-    of them would look identical.
-
-    Returns ``(candidates, target, modified)`` (``modified`` is ``None`` in original mode). Raises
-    ``ValueError`` for an unknown mode and for original candidates of a Mesh problem.
-    """
-    mesh = has_mesh(r.layout.name for r in ranges)
-    check_mode(mode, mesh)
-    for _ in range(MAX_REDRAWS):
-        if mode != "original":
-            candidates, target, modified = balanced_candidates(rules, ranges, answer, s, mode == MESH_FAITHFUL)
-        else:
-            (candidates, target), modified = original_candidates(rules, ranges, answer, s), None
-        if not has_lookalikes(candidates) and not (mesh and has_hidden_lookalikes(candidates)):
-            return candidates, target, modified
-    raise RuntimeError(f"could not draw {mode} candidates without look-alikes in {MAX_REDRAWS} attempts")

@@ -1,6 +1,6 @@
-"""``rpm-generate``: write an I-RAVEN (balanced) or RAVEN (original) data set in the released layout, optionally
-in a generalisation regime (Attributeless-I-RAVEN; docs/generator.md, "Generalisation regimes"), or straight into
-a training cache (``--cache-size``; docs/generator.md, "Straight into a training cache").
+"""``rpm-generate``: write an I-RAVEN (balanced), RAVEN (original) or RAVEN-FAIR (fair) data set in the released
+layout, optionally in a generalisation regime (Attributeless-I-RAVEN; docs/generator.md, "Generalisation regimes"),
+or straight into a training cache (``--cache-size``; docs/generator.md, "Straight into a training cache").
 
 Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
 
@@ -10,6 +10,7 @@ Example (the full I-RAVEN set, 70,000 problems, ~30 GB)::
     rpm-generate --out data/a-color --regime A/Color              # train/val: Color Constant; test: not
     rpm-generate --out data/a-color-ood --regime A/Color --val 0 --test 10   # an all-test folder
     rpm-generate --out data/custom --held-out size:Progression --held-out type
+    rpm-generate --out data/raven-fair --mode fair                # RAVEN-FAIR (docs/generator.md, "RAVEN-FAIR")
     rpm-generate --out data/i-raven-mesh --mesh                   # I-RAVEN-Mesh (docs/generator.md, "Mesh")
     rpm-generate --out data/mesh-faithful --mesh --mode mesh-faithful   # with raven-datasets' line-count leak
     rpm-generate --out data/i-raven-80 --cache-size 80 --workers 16     # straight into a training cache (7.2 GB)
@@ -50,7 +51,9 @@ output layout: <out>/<configuration>/RAVEN_<k>_<split>.npz (+ .xml), split by k 
 the first 10-val-test remainders train, then val, then test (default --val 2 --test 2: 0-5 train,
 6-7 val, 8-9 test). Keys: image (16,160,160) uint8, target, predict (= target), meta_matrix (8,9) (also
 in every Attributeless regime; (12,9) with the Mesh rules in rows 8-11 under --mesh), meta_target (9),
-structure, meta_structure (21). <out>/{REGIME_FILE} names the regime.
+structure, meta_structure (21). <out>/{REGIME_FILE} names the regime. --mode original and --mode fair write
+RAVEN's form (no Modified_attributes in the .xml); RAVEN-FAIR's own generator compresses its .npz, rpm-generate
+writes every .npz uncompressed (the same keys and arrays, byte-identical for equal problems).
 
 regimes (--regime NAME; train and val share the train rules, only test is out of distribution):
 {_regime_lines()}
@@ -82,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1234, help="base seed (default: 1234)")
     parser.add_argument("--mode", choices=MODES, default="balanced",
                         help="candidate generation: 'balanced' = I-RAVEN (default), 'original' = RAVEN (biased), "
-                             "'mesh-faithful' = with --mesh, raven-datasets' Mesh Number alternatives (the "
-                             "answer tends to have fewer lines than its distractors)")
+                             "'fair' = RAVEN-FAIR (a tree of one-attribute changes grown from the answer; files "
+                             "like RAVEN's), 'mesh-faithful' = with --mesh, raven-datasets' Mesh Number alternatives "
+                             "(the answer tends to have fewer lines than its distractors)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="worker processes (default: 1; capped at the number of CPUs)")
     parser.add_argument("--start", type=int, default=0, metavar="K",
@@ -99,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="hold out a rule group with a train rule (repeatable; instead of --regime)")
     parser.add_argument("--mesh", action="store_true",
                         help="add the I-RAVEN-Mesh component: a rule-governed 12-line lattice over the shapes "
-                             "(= --regime I-RAVEN-Mesh; balanced mode only)")
+                             "(= --regime I-RAVEN-Mesh; not with --mode original or fair)")
     parser.add_argument("--val", type=int, default=2, metavar="N",
                         help="tenths of the problems filed as val (default 2)")
     parser.add_argument("--test", type=int, default=2, metavar="N",

@@ -104,8 +104,11 @@ class Problem:
         target: index 0..7 of the answer among the candidates.
         rules: 4 rules per component, ordered (component, group N/P, Type, Size, Color); the Mesh's last.
         modified: per candidate, the (component, attribute name) pairs changed on its way from the
-            answer (I-RAVEN ``Modified_attributes``; empty list for the answer). ``None`` in original mode.
-        mode: ``"balanced"`` (I-RAVEN), ``"original"`` (RAVEN) or ``"mesh-faithful"`` (Mesh, raven-datasets' draws).
+            answer (I-RAVEN ``Modified_attributes``; empty list for the answer). ``None`` in original and fair mode
+            (their files do not say; a fair problem's tree is in ``extra["fair_tree"]``).
+        mode: ``"balanced"`` (I-RAVEN), ``"original"`` (RAVEN), ``"fair"`` (RAVEN-FAIR) or ``"mesh-faithful"``
+            (Mesh, raven-datasets' draws). A problem read from a file without ``Modified_attributes`` is
+            ``"original"``: RAVEN's and RAVEN-FAIR's files have the same form.
     """
 
     configuration: str

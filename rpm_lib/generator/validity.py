@@ -20,6 +20,9 @@ Only what the generator makes visible is checked (docs/generator.md, "Visible an
 Deliberate choice: Progression-Position steps are read from the entity order when it is consistent (the
 direction of a move of distinguishable entities is visible); only if not, from the occupied slot sets.
 
+:func:`solver_score` counts the satisfied rules the way the reference generators' heuristic solver does (one
+kind of check differs from ours); RAVEN-FAIR's candidate generator rejects a distractor by that count.
+
 Mesh problems (docs/generator.md, "Mesh") need nothing special: the Mesh is checked as one more component.
 Its lines all look alike (Type 6, Size/Color/Angle 0), so only its Number and Position carry information and
 its Constant Type/Size/Color rules always hold; a Progression on its Position is a shift of +-3 slots (mod 12),
@@ -36,9 +39,11 @@ __all__ = [
     "RuleCheck",
     "InferredRule",
     "infer_rules",
+    "infer_context_rules",
     "check_context",
     "check_candidate",
     "satisfying_candidates",
+    "solver_score",
     "explain",
 ]
 
@@ -79,9 +84,9 @@ class _ContextError(Exception):
     pass
 
 
-def _rows(problem: Problem, c: int) -> list[list[ComponentPanel]]:
+def _rows(context: list[Panel], c: int) -> list[list[ComponentPanel]]:
     """Rows 1, 2 (3 panels) and row 3 (2 panels) of component ``c``."""
-    ctx = [p.components[c] for p in problem.context]
+    ctx = [p.components[c] for p in context]
     return [ctx[0:3], ctx[3:6], ctx[6:8]]
 
 
@@ -273,17 +278,22 @@ def _infer_entity_rule(rule: Rule, rows: list[list[ComponentPanel]], np_rule: In
 
 def infer_rules(problem: Problem) -> list[InferredRule]:
     """Infer every rule's parameter from the 8 context panels (in ``problem.rules`` order)."""
-    if len(problem.context) != 8 or len(problem.rules) % 4 != 0:
+    return infer_context_rules(problem.context, problem.rules)
+
+
+def infer_context_rules(context: list[Panel], rules: list[Rule]) -> list[InferredRule]:
+    """:func:`infer_rules` from the 8 context panels and the rules alone (before the candidates exist)."""
+    if len(context) != 8 or len(rules) % 4 != 0:
         raise ValueError(
-            f"problem needs 8 context panels and 4 rules per component, got {len(problem.context)} panels "
-            f"and {len(problem.rules)} rules"
+            f"problem needs 8 context panels and 4 rules per component, got {len(context)} panels "
+            f"and {len(rules)} rules"
         )
     inferred: list[InferredRule] = []
-    for c in range(len(problem.rules) // 4):
-        group = problem.rules[4 * c: 4 * c + 4]
+    for c in range(len(rules) // 4):
+        group = rules[4 * c: 4 * c + 4]
         if any(rule.component != c for rule in group):
             raise ValueError(f"rules must be ordered by component; got {group}")
-        rows = _rows(problem, c)
+        rows = _rows(context, c)
         try:
             np_rule = InferredRule(group[0], _infer_number_position(group[0], rows))
         except _ContextError as exc:
@@ -386,6 +396,36 @@ def _check_panel(inferred: list[InferredRule], p31: Panel, p32: Panel, x: Panel)
                 ok, reason = _check_entity_rule(item, np_item, a, b, cand)
             checks.append(RuleCheck(item.rule, bool(ok), reason))
     return checks
+
+
+def solver_score(inferred: list[InferredRule], p31: Panel, p32: Panel, x: Panel) -> int:
+    """How many rules the reference generators' heuristic solver (``solver.py``) counts as satisfied when ``x``
+    completes row 3 after ``p31``, ``p32``: the score RAVEN-FAIR compares with the answer's to reject a distractor
+    (docs/generator.md, "RAVEN-FAIR").
+
+    The solver counts, per component, the Number/Position rule and the Type, Size and Color rules that ``x``
+    satisfies. On a context that follows its rules its verdict equals this module's check of every rule but one
+    kind: a Constant Type/Size/Color rule on the *carried* entities of a non-uniform component. There the solver
+    compares entity i of ``x`` with entity i of P32 (by index, not by slot), and counts the rule as satisfied
+    whenever ``x`` has another number of entities than P32 (it only looks when the counts agree).
+    """
+    score = 0
+    for c in range(len(inferred) // 4):
+        a, b, cand = p31.components[c], p32.components[c], x.components[c]
+        np_item = inferred[4 * c]
+        for g, item in enumerate(inferred[4 * c: 4 * c + 4]):
+            if item.error is not None:
+                continue
+            if g == 0:
+                ok, _ = _check_number_position(item, a, b, cand)
+            elif item.rule.name == "Constant" and item.scope == "carried":
+                attr = item.rule.attr.lower()
+                ok = len(cand.entities) != len(b.entities) or all(
+                    getattr(e, attr) == getattr(f, attr) for e, f in zip(cand.entities, b.entities))
+            else:
+                ok, _ = _check_entity_rule(item, np_item, a, b, cand)
+            score += bool(ok)
+    return score
 
 
 def check_context(problem: Problem) -> list[RuleCheck]:

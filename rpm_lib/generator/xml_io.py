@@ -324,10 +324,10 @@ def parse_problem_xml(text: str | bytes, where: str = "<xml>", target: int | Non
 
 
 def read_problem_xml(path: str | os.PathLike, target: int | None = None) -> Problem:
-    """Read a RAVEN / I-RAVEN .xml file into a ``Problem`` (levels; rule values 0).
+    """Read a RAVEN / I-RAVEN / RAVEN-FAIR .xml file into a ``Problem`` (levels; rule values 0).
 
-    ``target``: the correct candidate. Needed only for original-RAVEN files (no ``Modified_attributes``)
-    without a sibling .npz; when given for an I-RAVEN file it must agree with the file.
+    ``target``: the correct candidate. Needed only for RAVEN and RAVEN-FAIR files (no ``Modified_attributes``; read
+    as mode ``"original"``) without a sibling .npz; when given for an I-RAVEN file it must agree with the file.
     Raises ``XmlFormatError`` naming the file on any schema violation.
     """
     path = Path(path)

@@ -51,7 +51,8 @@ def _assert_same_cache(prepared: Path, generated: Path) -> None:
     dict(configurations=["L-R", "Center"], count=10, regime="A/Color", mode="balanced"),  # given order, all splits
     dict(configurations=["Center", "O-IC"], count=4, start=7, regime="I-RAVEN-Mesh"),  # 12-row labels
     dict(configurations=["2x2Grid"], count=6, mode="original", val=0, test=10, seed=7),
-], ids=["i-raven", "attributeless", "mesh", "original-all-test"])
+    dict(configurations=["O-IG", "3x3Grid"], count=3, mode="fair", seed=8),
+], ids=["i-raven", "attributeless", "mesh", "original-all-test", "fair"])
 def test_a_generated_cache_equals_the_prepared_files_byte_for_byte(tmp_path, settings):
     size = 24
     prepared = _two_step(tmp_path, size, **settings)

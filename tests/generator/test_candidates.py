@@ -253,7 +253,8 @@ def test_render_identical_sizes_table_matches_the_renderer() -> None:
 
 
 def test_lookalike_candidates_are_detected_and_redrawn() -> None:
-    from rpm_lib.generator.candidates import has_lookalikes, make_candidates, rendered_key
+    from rpm_lib.generator.candidate_sets import make_candidates
+    from rpm_lib.generator.lookalikes import has_lookalikes, rendered_key
     from rpm_lib.generator.sampling import RandomStream
 
     squares = _answer("In_Distribute_Four", [0, 1], 3, [(2, 3, 4, 1), (2, 3, 4, 1)])

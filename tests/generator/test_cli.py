@@ -34,7 +34,7 @@ def test_help_lists_every_option_and_the_layout(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--out", "x", "--configurations", "centre"], "--configurations: unknown RAVEN configuration 'centre'"),
     (["--out", "x", "--workers", "0"], "--workers"),
-    (["--out", "x", "--mode", "fair"], "invalid choice"),
+    (["--out", "x", "--mode", "biased"], "invalid choice"),
     (["--num-per-config", "3"], "--out"),
 ])
 def test_bad_arguments_exit_with_a_message(argv, message, capsys):
@@ -114,6 +114,7 @@ def test_out_must_be_a_writable_folder(capsys, tmp_path):
     (["--regime", "A/Colour"], "argument --regime: invalid choice: 'A/Colour'"),
     (["--regime", "I-RAVEN-Mesh", "--mode", "original"], "not defined for a Mesh problem"),
     (["--mesh", "--mode", "original"], "not defined for a Mesh problem"),
+    (["--mesh", "--mode", "fair"], "fair (RAVEN-FAIR) candidates are not defined for a Mesh problem"),
     (["--mode", "mesh-faithful"], "mode 'mesh-faithful' (raven-datasets' Mesh Number alternatives) needs the Mesh"),
     (["--val", "6", "--test", "5"], "--val/--test: val + test must be at most 10 tenths"),
     (["--test", "-1"], "--val/--test: test must be a whole number of tenths >= 0"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rpm_lib.generator import candidates, render
+from rpm_lib.generator import candidate_sets, lookalikes, render
 from rpm_lib.generator.api import generate_problem, problem_rng
 from rpm_lib.generator.constants import COLOR_MAX_LEVEL, LAYOUTS, MESH_LAYOUT
 from rpm_lib.generator.problem import ComponentPanel, Entity, Panel
@@ -18,7 +18,7 @@ def test_every_entity_lies_inside_its_black_extent() -> None:
         for slot, bbox in enumerate(layout.slots):
             for t in range(layout.type[0], layout.type[1] + 1):
                 for z in range(layout.size[0], layout.size[1] + 1):
-                    x0, y0, x1, y1 = candidates._black_extent(name, slot, t, z)
+                    x0, y0, x1, y1 = lookalikes._black_extent(name, slot, t, z)
                     for a in range(8):
                         sprite = render.make_sprite(bbox, t, z, COLOR_MAX_LEVEL, a)
                         rows, cols = np.nonzero(sprite.opaque)
@@ -29,7 +29,7 @@ def test_every_entity_lies_inside_its_black_extent() -> None:
 def test_line_interiors_keep_every_pixel_but_the_ends() -> None:
     for slot, bbox in enumerate(LAYOUTS[MESH_LAYOUT].slots):
         rows, cols = np.divmod(render.line_pixels(bbox), 160)
-        x0, y0, x1, y1 = candidates._line_interior(slot)
+        x0, y0, x1, y1 = lookalikes._line_interior(slot)
         inside = (cols >= x0) & (cols <= x1) & (rows >= y0) & (rows <= y1)
         assert inside.sum() >= 0.85 * inside.size  # only the ends (4 px each) are left out
 
@@ -39,26 +39,26 @@ def test_a_line_inside_a_black_circle_may_hide_and_one_outside_may_not() -> None
         lines = ComponentPanel(MESH_LAYOUT, 0, slots, [Entity(6, 0, 0, 0) for _ in slots])
         return Panel([ComponentPanel("Center_Single", 0, [0], [Entity(5, size, color, 3)]), lines])
 
-    assert candidates._line_may_hide(panel(COLOR_MAX_LEVEL, 5, [11]))       # radius 72 px swallows slot 11
-    assert not candidates._line_may_hide(panel(COLOR_MAX_LEVEL, 0, [11]))   # radius 32 px does not
-    assert not candidates._line_may_hide(panel(COLOR_MAX_LEVEL, 3, [0]))    # radius 56 px: the left edge is outside
-    assert not candidates._line_may_hide(panel(4, 5, [11]))                 # grey: nothing hides
+    assert lookalikes._line_may_hide(panel(COLOR_MAX_LEVEL, 5, [11]))       # radius 72 px swallows slot 11
+    assert not lookalikes._line_may_hide(panel(COLOR_MAX_LEVEL, 0, [11]))   # radius 32 px does not
+    assert not lookalikes._line_may_hide(panel(COLOR_MAX_LEVEL, 3, [0]))    # radius 56 px: the left edge is outside
+    assert not lookalikes._line_may_hide(panel(4, 5, [11]))                 # grey: nothing hides
 
 
 def test_the_prefilter_changes_no_decision_on_generated_mesh_problems(monkeypatch) -> None:
     """Every candidate set of 700 Mesh problems: the decision with the prefilter equals the full rendering check."""
     seen = []
-    full = candidates.has_hidden_lookalikes
+    full = lookalikes.has_hidden_lookalikes
 
     def both(cands):
         fast = full(cands)
         with monkeypatch.context() as m:
-            m.setattr(candidates, "_line_may_hide", lambda panel: True)  # always render
+            m.setattr(lookalikes, "_line_may_hide", lambda panel: True)  # always render
             slow = full(cands)
         seen.append((fast, slow))
         return fast
 
-    monkeypatch.setattr(candidates, "has_hidden_lookalikes", both)
+    monkeypatch.setattr(candidate_sets, "has_hidden_lookalikes", both)
     for configuration in ("center_single", "distribute_four", "left_center_single_right_center_single"):
         for k in range(120):
             generate_problem(configuration, problem_rng(11, configuration, k), "balanced", "I-RAVEN-Mesh")

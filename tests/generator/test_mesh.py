@@ -17,15 +17,9 @@ from scipy.stats import chisquare
 from rpm_lib.generator import labels, render
 from rpm_lib.generator.api import generate_problem, generate_problems, problem_rng
 from rpm_lib.generator.bias import chance_interval, run_probe
-from rpm_lib.generator.candidates import (
-    ModifiableAttribute,
-    balanced_candidates,
-    has_hidden_lookalikes,
-    has_lookalikes,
-    make_candidates,
-    modifiable_attributes,
-    select_attributes,
-)
+from rpm_lib.generator.candidate_sets import make_candidates
+from rpm_lib.generator.candidates import ModifiableAttribute, balanced_candidates, modifiable_attributes, select_attributes
+from rpm_lib.generator.lookalikes import has_hidden_lookalikes, has_lookalikes
 from rpm_lib.generator.constants import (
     COLOR_MAX_LEVEL,
     CONFIG_SPECS,

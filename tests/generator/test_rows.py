@@ -209,4 +209,4 @@ def test_generate_problem_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="unknown configuration"):
         generate_problem("center", rng)
     with pytest.raises(ValueError, match="unknown candidate mode"):
-        generate_problem("center_single", rng, mode="fair")
+        generate_problem("center_single", rng, mode="biased")

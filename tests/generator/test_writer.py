@@ -144,7 +144,7 @@ def test_write_dataset_validates_its_arguments(tmp_path):
     with pytest.raises(ValueError, match="unknown RAVEN configuration 'centre'"):
         writer.write_dataset(tmp_path, ["centre"], count=1, progress=False)
     with pytest.raises(ValueError, match="mode"):
-        writer.write_dataset(tmp_path, "all", count=1, mode="fair", progress=False)
+        writer.write_dataset(tmp_path, "all", count=1, mode="biased", progress=False)
     assert rules.resolve_configurations("all") == list(rules.CONFIGURATIONS)
     assert rules.resolve_configurations("center_single, 2x2grid") == ["center_single", "distribute_four"]
 
