@@ -6,15 +6,20 @@ that file and ``networks/network_utils.py`` are imported, they need nothing but 
 ``classifier_hidreduce`` 4) and rpm_lib's ``create_encoder("predrnet")`` + ``ScoringHead``, then reports:
 
 1. parameters: official vs encoder + scoring head (must be equal);
-2. output shapes, and the largest score difference with the official weights copied in (train-mode pass with the
-   same dropout seed, then eval mode; the official gets its own input scaling, ``2 x - 1``);
+2. output shapes, and with the official weights copied in: the largest score difference (train-mode pass with the
+   same dropout seed, then eval mode; the official gets its own input scaling, ``2 x - 1``) and the largest
+   difference of one cross-entropy step's gradients;
 3. CPU training-step time (forward, backward, Adam step; batch ``--batch-size``), interleaved rounds, as a ratio;
-4. learning: the same softmax cross-entropy training (Adam, lr 1e-3, weight decay 1e-5: the official optimiser) on the
-   same generated I-RAVEN problems, the same batches, ``--seeds`` independent initialisations each; val and test
-   accuracy per model and seed.
+4. learning: per ``--seeds`` seed, the official model's initial weights copied into rpm_lib's, then the same softmax
+   cross-entropy training (Adam, lr 1e-3, weight decay 1e-5: the official optimiser) on the same generated I-RAVEN
+   problems, batches and dropout draws; each epoch's mean loss and val accuracy, the test accuracy, and each step's
+   loss difference. (The paths part within a few steps: Adam's first steps move every parameter by about the
+   learning rate whatever the gradient's size, so a gradient that is zero up to rounding, summed in another order,
+   moves its parameter by +lr in one model and -lr in the other. The comparison is then one of learning, not of
+   numbers.)
 
     python bench/bench_predrnet_reference.py --reference /path/to/AVR-PredRNet
-    python bench/bench_predrnet_reference.py --reference DIR --per-config 200 --epochs 4 --seeds 0 1 2 --json out.json
+    python bench/bench_predrnet_reference.py --reference DIR --image-size 48 --per-config 200 --epochs 4 --seeds 0 1
 
 The official model trains with per-answer binary cross-entropy (``loss.py``); part 4 uses the softmax cross-entropy
 of rpm_lib's ``ce`` setup for both models, so that only the networks differ.
@@ -122,11 +127,22 @@ def equivalence(official: ModuleType, image_size: int) -> dict[str, Any]:
         train_ours = ours.train()(panels)
         eval_theirs, eval_ours = theirs.eval()(panels), ours.eval()(panels)
         embeddings = ours.encoder(panels)
+    targets = torch.arange(8) % 8
+    for model in (theirs, ours):
+        torch.manual_seed(6)
+        F.cross_entropy(model.train()(panels), targets).backward()
+    grads_theirs = official_to_rpm_lib({k: p.grad for k, p in theirs.named_parameters()})
+    grads_ours = dict((k, p.grad) for k, p in ours.named_parameters())
+    # relative to the model's largest gradient entry: some gradients are zero up to rounding (a BatchNorm bias
+    # followed by another BatchNorm), and there any two summation orders differ by 100 %
+    largest = max(float(g.abs().max()) for g in grads_ours.values())
+    gradient_gap = max(float((grads_theirs[k] - g).abs().max()) for k, g in grads_ours.items()) / largest
     return {"official_parameters": count(theirs), "rpm_lib_parameters": count(ours),
             "rpm_lib_encoder_parameters": count(ours.encoder), "official_scores_shape": list(eval_theirs.shape),
             "rpm_lib_scores_shape": list(eval_ours.shape), "rpm_lib_embeddings_shape": list(embeddings.shape),
             "max_abs_difference_train_mode": float((train_theirs - train_ours).abs().max()),
-            "max_abs_difference_eval_mode": float((eval_theirs - eval_ours).abs().max())}
+            "max_abs_difference_eval_mode": float((eval_theirs - eval_ours).abs().max()),
+            "max_relative_gradient_difference": gradient_gap}
 
 
 def step_function(model: nn.Module, batch: int, image_size: int) -> Callable[[], None]:
@@ -186,31 +202,51 @@ def accuracy(model: nn.Module, panels: np.ndarray, targets: np.ndarray, batch: i
 
 
 def learning(official: ModuleType, data: dict[str, np.ndarray], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each model and seed: the same CE training on the same batches; accuracy after every epoch."""
+    """Per seed: the official model from ``torch.manual_seed(seed)``, rpm_lib's with those weights copied in, trained
+    side by side with the same CE, optimiser, batches and dropout draws; losses and accuracies of both."""
     rows = []
     train_panels, train_targets = data["panels_train"], data["targets_train"]
     for seed in args.seeds:
-        for name in ("official", "rpm_lib"):
-            torch.manual_seed(seed)
-            model = OfficialModel(official) if name == "official" else RpmLibModel(args.image_size)
-            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-5)
-            order = np.random.default_rng(seed)
-            began, curve = time.perf_counter(), []
-            for _ in range(args.epochs):
-                model.train()
-                for batch in np.array_split(order.permutation(len(train_panels)),
-                                            max(1, len(train_panels) // args.batch_size)):
-                    x = torch.from_numpy(train_panels[np.sort(batch)]).float() / 255.0
-                    y = torch.from_numpy(train_targets[np.sort(batch)]).long()
-                    optimizer.zero_grad(set_to_none=True)
-                    F.cross_entropy(model(x), y).backward()
-                    optimizer.step()
-                curve.append(accuracy(model, data["panels_val"], data["targets_val"], args.batch_size))
-            rows.append({"model": name, "seed": seed, "val_accuracy_per_epoch": curve,
+        torch.manual_seed(seed)
+        models = {"official": OfficialModel(official), "rpm_lib": RpmLibModel(args.image_size)}
+        models["rpm_lib"].load_state_dict(official_to_rpm_lib(models["official"].state_dict()), strict=True)
+        optimizers = {name: torch.optim.Adam(m.parameters(), lr=1e-3, weight_decay=1e-5) for name, m in models.items()}
+        order = np.random.default_rng(seed)
+        curves: dict[str, dict[str, list[float]]] = {name: {"train_loss": [], "val_accuracy": []} for name in models}
+        gaps: list[float] = []
+        step, began = 0, time.perf_counter()
+        for _ in range(args.epochs):
+            losses: dict[str, list[float]] = {name: [] for name in models}
+            for batch in np.array_split(order.permutation(len(train_panels)),
+                                        max(1, len(train_panels) // args.batch_size)):
+                rows_ = np.sort(batch)
+                x = torch.from_numpy(train_panels[rows_]).float() / 255.0
+                y = torch.from_numpy(train_targets[rows_]).long()
+                for name, model in models.items():
+                    model.train()
+                    torch.manual_seed(seed * 1_000_003 + step)  # the same dropout masks for both
+                    optimizers[name].zero_grad(set_to_none=True)
+                    loss = F.cross_entropy(model(x), y)
+                    loss.backward()
+                    optimizers[name].step()
+                    losses[name].append(float(loss.detach()))
+                gaps.append(abs(losses["official"][-1] - losses["rpm_lib"][-1]))
+                step += 1
+            for name, model in models.items():
+                curves[name]["train_loss"].append(statistics.mean(losses[name]))
+                curves[name]["val_accuracy"].append(accuracy(model, data["panels_val"], data["targets_val"],
+                                                             args.batch_size))
+        for name, model in models.items():
+            rows.append({"model": name, "seed": seed, **curves[name], "steps": step,
                          "test_accuracy": accuracy(model, data["panels_test"], data["targets_test"], args.batch_size),
-                         "wall_s": time.perf_counter() - began})
-            print(f"  {name} seed {seed}: val {' '.join(f'{100 * v:.1f}' for v in curve)}; "
-                  f"test {100 * rows[-1]['test_accuracy']:.1f} % ({rows[-1]['wall_s']:.0f} s)", flush=True)
+                         "step_loss_differences": gaps})
+            print(f"  seed {seed} {name}: train loss {' '.join(f'{v:.4f}' for v in curves[name]['train_loss'])}; "
+                  f"val % {' '.join(f'{100 * v:.1f}' for v in curves[name]['val_accuracy'])}; "
+                  f"test {100 * rows[-1]['test_accuracy']:.1f} %", flush=True)
+        apart = next((k for k, gap in enumerate(gaps) if gap > 1e-4), None)
+        print(f"  seed {seed}: the two losses differ by at most {max(gaps):.2e} over {step} steps; "
+              + (f"first by more than 1e-4 at step {apart}" if apart is not None else "never by more than 1e-4")
+              + f" ({time.perf_counter() - began:.0f} s)", flush=True)
     return rows
 
 
@@ -239,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{same['rpm_lib_encoder_parameters']:,} + scoring head = {same['rpm_lib_parameters']:,}")
     print(f"scores {same['official_scores_shape']} vs {same['rpm_lib_scores_shape']} (embeddings "
           f"{same['rpm_lib_embeddings_shape']}); official weights copied in: max |difference| "
-          f"{same['max_abs_difference_train_mode']:.2e} (train mode), {same['max_abs_difference_eval_mode']:.2e} (eval)")
+          f"{same['max_abs_difference_train_mode']:.2e} (train mode), {same['max_abs_difference_eval_mode']:.2e} (eval); "
+          f"CE gradients: largest difference {same['max_relative_gradient_difference']:.2e} of the largest gradient entry")
     report["step_time"] = timing = step_times(official, args)
     print(f"CPU training step, batch {args.batch_size}, {args.image_size} px: official "
           f"{timing['seconds_per_step']['official']:.3f} s, rpm_lib {timing['seconds_per_step']['rpm_lib']:.3f} s "
@@ -248,11 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         data = generated_problems(args.per_config, args.image_size, args.data_seed)
         print(f"learning: {len(data['panels_train'])} train / {len(data['panels_val'])} val / "
               f"{len(data['panels_test'])} test problems, {args.epochs} epochs, seeds {args.seeds}", flush=True)
-        report["learning"] = rows = learning(official, data, args)
-        for name in ("official", "rpm_lib"):
-            tests = [100 * r["test_accuracy"] for r in rows if r["model"] == name]
-            spread = f" ± {statistics.stdev(tests):.1f}" if len(tests) > 1 else ""
-            print(f"  {name}: test accuracy {statistics.mean(tests):.1f}{spread} % over {len(tests)} seed(s)")
+        report["learning"] = learning(official, data, args)
     command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
     report["command"] = command
     print(f"command: {command}")
