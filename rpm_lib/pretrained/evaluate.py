@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from rpm_lib.data.raw_files import SPLITS
 from rpm_lib.generator.cache_writer import generate_cache
 from rpm_lib.generator.regimes import Regime, resolve_regime
 from rpm_lib.pretrained.registry import PretrainedModel
@@ -25,9 +26,9 @@ from rpm_lib.training.datamodule import make_dataset
 from rpm_lib.training.eval_sets import RegimeInfo, classify_distribution, read_regime
 from rpm_lib.training.module import RpmModule
 
-#: The splits of a generated folder. Fresh plain I-RAVEN problems are all from the training distribution, so every
-#: split counts; a regime's train/val splits and its test split are reported apart.
-SPLITS: tuple[str, ...] = ("train", "val", "test")
+# Every split of a generated folder (data.raw_files.SPLITS) is scored: fresh plain I-RAVEN problems are all from the
+# training distribution, so every split counts; a regime's train/val splits and its test split are reported apart.
+
 #: The confidence of every interval shown.
 CONFIDENCE = 0.99
 

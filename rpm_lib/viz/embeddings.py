@@ -32,6 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from rpm_lib import rules
+from rpm_lib.data.raw_files import SPLITS
 from rpm_lib.viz.rule_predictions import rule_comparison_lines, sigmoid
 
 #: One colour per relation (``rules.RELATIONS`` order), the same in every panel.
@@ -40,8 +41,6 @@ RELATION_COLORS: dict[str, str] = dict(zip(rules.RELATIONS, ("#4477aa", "#ee6677
 ABSENT_COLOR = "#bbbbbb"
 #: ``relations`` entry of a problem without the rule group (see :func:`rule_relations`).
 ABSENT = -1
-#: The splits of a generated folder.
-SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 
 @dataclass
