@@ -61,6 +61,7 @@ import cv2
 import numpy as np
 
 from rpm_lib.generator.api import generate_problem, problem_rng
+from rpm_lib.generator.candidates import MESH_FAITHFUL, MODES
 from rpm_lib.generator.regimes import PRIMARY_REGIMES, REGIMES, split_of
 from rpm_lib.generator.render import SPRITES, render_problem
 from rpm_lib.generator.writer import problem_stem, write_dataset, write_problem
@@ -272,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                              "comma-separated list of names")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the regime comparison (best of; default 3)")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--mode", default="balanced", choices=("balanced", "original", "fair"))
+    parser.add_argument("--mode", default="balanced", choices=[m for m in MODES if m != MESH_FAITHFUL],
+                        help="candidate mode of the plain-I-RAVEN parts (default balanced)")
     parser.add_argument("--keep", default=None, help="write into this folder and keep it (default: a temp folder)")
     parser.add_argument("--tmp", default=None, help="parent folder of the temporary output (default: system temp)")
     parser.add_argument("--reference", type=Path, default=None, metavar="DIR",

@@ -219,9 +219,9 @@ def learning(official: ModuleType, data: dict[str, np.ndarray], args: argparse.N
             losses: dict[str, list[float]] = {name: [] for name in models}
             for batch in np.array_split(order.permutation(len(train_panels)),
                                         max(1, len(train_panels) // args.batch_size)):
-                rows_ = np.sort(batch)
-                x = torch.from_numpy(train_panels[rows_]).float() / 255.0
-                y = torch.from_numpy(train_targets[rows_]).long()
+                picked = np.sort(batch)
+                x = torch.from_numpy(train_panels[picked]).float() / 255.0
+                y = torch.from_numpy(train_targets[picked]).long()
                 for name, model in models.items():
                     model.train()
                     torch.manual_seed(seed * 1_000_003 + step)  # the same dropout masks for both
