@@ -26,6 +26,13 @@ LONGEST_FIRST = ("test_slurm.py", "test_campaign.py", "test_gpu_check.py", "test
                  "test_compile_scope.py", "test_training_run.py")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist 3.x sends the files with the most tests first unless told not to (--no-loadscope-reorder): that
+    # left the SLURM file's few long tests alone on one process at the end of the suite, 13 of its 36 minutes.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, move the files of :data:`LONGEST_FIRST` to the front (in that order); every file keeps
     its own tests' order, and a run on one process keeps pytest's order."""
@@ -33,6 +40,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 REFERENCE_DATA = Path(os.environ.get("RPM_REFERENCE_DATA", REPO_ROOT.parent / "shared" / "reference-data"))
 
 
