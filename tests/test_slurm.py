@@ -130,12 +130,13 @@ def _restart_controller(down_s: float) -> None:
                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _batch_yaml(work: Path, out: str, epochs: tuple[int, int] = (2, 60)) -> Path:
+def _batch_yaml(work: Path, out: str, epochs: tuple[int, int] = (2, 60), limits: tuple[int, int] = (1, 40)) -> Path:
     """Two cells: `short` ends within the 1-minute task limit; `long` needs more and is requeued.
 
-    signal_delay_s=40 gives each task's run about 14 s from the task's start (60 - 40 s, less the batch margin),
-    so `long` (about 30 s of training here) needs several tasks on any machine up to a few times faster; SLURM's own
-    USR2 may come earlier still (it signals up to a minute early). max_requeues leaves room for a loaded machine.
+    ``limits`` = (time_min, signal_delay_s): (1, 40) leaves each task's run the first 20 s of the task (SLURM's USR2
+    and the run's own deadline), start-up included, so `long` (about 50 s of training on a quiet 2-core machine)
+    needs several tasks. The requeue test chooses them from a local run of the same cells (:func:`_slurm_limits_for`).
+    max_requeues leaves room for a loaded machine.
     """
     path = work / f"{out}.yaml"
     path.write_text(f"""name: slurm-test
@@ -145,8 +146,8 @@ prepare:
   - creates: {work / 'data' / 'generator.json'}
     run: [rpm-generate, --out, {work / 'data'}, --num-per-config, "10", --seed, "5", --no-xml, --quiet]
 slurm:
-  time_min: 1
-  signal_delay_s: 40
+  time_min: {limits[0]}
+  signal_delay_s: {limits[1]}
   cpus_per_task: 1
   max_requeues: 20
 fixed:
@@ -169,6 +170,23 @@ axes:
     return path
 
 
+def _slurm_limits_for(run_dir: Path) -> tuple[int, int]:
+    """``(time_min, signal_delay_s)`` under which the run of ``run_dir`` (the long cell, run locally just before on
+    this machine) needs a few tasks, on a fast machine and on a loaded one alike.
+
+    SLURM checks its jobs every 30 s and sends ``--signal``'s USR2 at the first check within the delay plus 30 s of
+    the limit, so a task's run gets [limit - delay - 30 s, limit - delay], start-up included. With 1-minute tasks
+    that is about 20 s whatever the delay: where the machine is loaded and start-up (the kernel's, then the training
+    call's up to its first step) takes most of it, each task trains a step or two, and the test needed dozens of
+    requeues (over 900 s). So where the run's training is longer than 1.2 times what a 2-minute task with a 60 s
+    delay could train at most, tasks are 2 minutes long (30-60 s each); else 1 minute, with a 40 s delay (the run
+    then needs at least two on any machine where its training outlasts 20 s less its start-up)."""
+    piece = json.loads((run_dir / "progress.json").read_text())["slices"][0]
+    start_up = (piece.get("process_s") or 0) + (piece.get("first_step_s") or 0)
+    training = piece["seconds"] - (piece.get("first_step_s") or 0)
+    return (2, 60) if training > 1.2 * (60 - start_up) else (1, 40)
+
+
 def _comparable(metrics: dict) -> dict:
     dropped = {"runtime_s", "stages", "git_commit", "config", "test_sets"}
     return {k: v for k, v in metrics.items() if k not in dropped}
@@ -180,20 +198,25 @@ def test_a_grid_on_slurm_is_requeued_at_its_time_limit_and_equals_the_local_run(
     for key, value in slurm_cluster.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)
-    config = _batch_yaml(tmp_path, "on_slurm")
+    # 90 epochs: about 70 s of training on a quiet 2-core machine, so that 2-minute tasks serve there too
+    local_config = _batch_yaml(tmp_path, "local", epochs=(2, 90))
+    assert all(r.status == "done" for r in batch.run_batch(local_config, jobs=2, quiet=True))
+    limits = _slurm_limits_for(tmp_path / "local" / "main" / "cell-long")
+    capsys.readouterr()
+    config = _batch_yaml(tmp_path, "on_slurm", epochs=(2, 90), limits=limits)
     results = batch.run_batch(config, executor="slurm", wait=True, quiet=False)
     assert [r.status for r in results] == ["done", "done"], [(r.spec.name, r.status) for r in results]
     printed = capsys.readouterr().out
     # live progress from the shared run folders while the cells train on SLURM: every epoch of the short cell
     for epoch in (1, 2):
         assert f"] main/cell-short supervised epoch {epoch}/2: train loss " in printed, printed
-    assert "] main/cell-long supervised epoch 1/60: train loss " in printed, printed
+    assert "] main/cell-long supervised epoch 1/90: train loss " in printed, printed
     out = tmp_path / "on_slurm" / "main"
     long_log = (out / "cell-long" / slurm.JOB_LOG).read_text()
-    assert "requeued to resume the run" in long_log, long_log  # the time limit forced at least one requeue
+    assert "requeued to resume the run" in long_log, (limits, long_log)  # the time limit forced at least one requeue
     assert "(restart 1)" in long_log, long_log
-    # (the short cell ends in its first task on an idle machine; under load its 14 s may not suffice, so whether it
-    # requeued is not asserted: what matters is that both end equal to the local run)
+    # (the short cell ends in its first task on an idle machine; under changing load its share of a task may not
+    # suffice, so whether it requeued is not asserted: what matters is that both end equal to the local run)
     progress = json.loads((out / "cell-long" / "progress.json").read_text())
     assert len(progress["slices"]) >= 2 and progress["slices"][0]["ended_in"] == "supervised"
     steps = [piece["global_step"]["supervised"] for piece in progress["slices"]]
@@ -202,8 +225,6 @@ def test_a_grid_on_slurm_is_requeued_at_its_time_limit_and_equals_the_local_run(
                                  tmp_path / "on_slurm")
     assert [s.state for s in statuses] == ["done", "done"] and statuses[1].restarts >= 1, statuses
 
-    local_config = _batch_yaml(tmp_path, "local")
-    assert all(r.status == "done" for r in batch.run_batch(local_config, jobs=2, quiet=True))
     for cell in ("cell-short", "cell-long"):
         on_slurm = json.loads((out / cell / "metrics.json").read_text())
         local = json.loads((tmp_path / "local" / "main" / cell / "metrics.json").read_text())
