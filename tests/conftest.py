@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 #: ``make test`` runs the suite on two processes, one file per process at a time (pytest-xdist, ``--dist
 #: loadfile``): these start first, so that their waits overlap the many short files instead of ending the suite.
 LONGEST_FIRST = ("test_slurm.py", "test_campaign.py", "test_gpu_check.py", "test_demo.py", "test_training_ddp.py",
-                 "test_notebooks_in_browser.py", "test_notebooks.py", "test_cuda_mps.py", "test_notebook_parameters.py",
+                 "test_notebooks_in_browser.py", "test_notebooks.py", "test_notebook_parameters.py",
                  "test_compile_scope.py", "test_training_run.py")
 
 
