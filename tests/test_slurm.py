@@ -172,19 +172,28 @@ axes:
 
 def _slurm_limits_for(run_dir: Path) -> tuple[int, int]:
     """``(time_min, signal_delay_s)`` under which the run of ``run_dir`` (the long cell, run locally just before on
-    this machine) needs a few tasks, on a fast machine and on a loaded one alike.
+    this machine) needs two or three tasks, on a fast machine and on a loaded one alike.
 
     SLURM checks its jobs every 30 s and sends ``--signal``'s USR2 at the first check within the delay plus 30 s of
-    the limit, so a task's run gets [limit - delay - 30 s, limit - delay], start-up included. With 1-minute tasks
-    that is about 20 s whatever the delay: where the machine is loaded and start-up (the kernel's, then the training
-    call's up to its first step) takes most of it, each task trains a step or two, and the test needed dozens of
-    requeues (over 900 s). So where the run's training is longer than 1.2 times what a 2-minute task with a 60 s
-    delay could train at most, tasks are 2 minutes long (30-60 s each); else 1 minute, with a 40 s delay (the run
-    then needs at least two on any machine where its training outlasts 20 s less its start-up)."""
-    piece = json.loads((run_dir / "progress.json").read_text())["slices"][0]
-    start_up = (piece.get("process_s") or 0) + (piece.get("first_step_s") or 0)
-    training = piece["seconds"] - (piece.get("first_step_s") or 0)
-    return (2, 60) if training > 1.2 * (60 - start_up) else (1, 40)
+    the limit (the run's own deadline is the limit less the delay), so a task trains for [limit - delay - 30 s,
+    limit - delay] less its start-up (the kernel's, then the training call's up to its first step). Fixed limits
+    failed both ways: with 1-minute tasks a loaded machine's start-up took the whole window and the test needed
+    dozens of requeues (over 900 s); 2-minute tasks with a 60 s delay did the same when the suite's load made
+    start-up 20-40 s (zero steps in 10 tasks in a row). So the delay is chosen for the shortest limit under which
+    even a start-up 1.5 times the local one leaves a share of the training per task (a third; less on a fast
+    machine), with at least 10 s between the signal and the limit to save the run, and under which the longest
+    window, 30 s + start-up / 2 + that share, is under 0.9 times the training, so that the run is requeued."""
+    import math
+
+    from rpm_lib.runs.progress import run_progress
+
+    run = run_progress(run_dir)  # one slice: the local run is never interrupted
+    start_up = (run.process_s or 0) + (run.first_step_s or 0)
+    training = run.seconds - (run.first_step_s or 0)
+    share = max(0.1, min(1 / 3, 0.9 - (30 + start_up / 2) / training))
+    spare = 30 + 1.5 * start_up + share * training  # what the delay must leave of a task
+    minutes = max(1, math.ceil((spare + 10) / 60))
+    return minutes, int(60 * minutes - spare)
 
 
 def _comparable(metrics: dict) -> dict:

@@ -169,9 +169,41 @@ def test_the_controller_s_own_words_for_an_outage_are_told_from_a_refusal(monkey
 ], ids=["scancel", "scancel-step", "time-limit", "preemption", "none"])
 def test_a_user_s_cancel_is_told_from_the_time_limit_and_preemption(
         notice: str, by_user: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _in_a_submitit_task(tmp_path, monkeypatch)
+    (folder / "12_0_0_log.err").write_text(f"training...\n{notice}\n")
+    monkeypatch.setattr(slurm_task, "NOTICE_WAIT_S", 1.0)
+    assert slurm_task.cancelled_by_user() is by_user
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=True) == ("scancel" if by_user else None)
+    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=False) == ("scancel" if by_user else None)  # recorded
+    (run_dir / slurm.JOB_RECORD).write_text(json.dumps({"job_id": "12_0", "cancelled": True}))
+    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=False) == "rpm-batch cancel"
+
+
+def test_a_cancel_notice_that_arrives_after_the_run_stopped_still_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIGTERM and SLURM's notice travel separately: on a busy node the run had stopped before the notice was written,
+    # and the task requeued a cancelled job
+    import threading
+
+    folder = _in_a_submitit_task(tmp_path, monkeypatch)
+    log = folder / "12_0_0_log.err"
+    log.write_text("training...\n")
+    late = threading.Timer(1.5, lambda: log.write_text(
+        "training...\nslurmstepd: error: *** JOB 12 ON node1 CANCELLED AT 2026-11-28T10:00:00 ***\n"))
+    late.start()
+    try:
+        assert slurm_task.cancelled_by_user() is False  # no waiting asked: not (yet) a cancel
+        assert slurm_task.cancelled_by_user(wait_s=30) is True
+    finally:
+        late.cancel()
+
+
+def _in_a_submitit_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The environment submitit's job script gives task 0 of array job 12; returns its log folder."""
     folder = tmp_path / "logs"
     folder.mkdir()
-    (folder / "12_0_0_log.err").write_text(f"training...\n{notice}\n")
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")  # what submitit's job script exports
     monkeypatch.setenv("SUBMITIT_FOLDER", str(folder))
     monkeypatch.setenv("SLURM_JOB_ID", "12")
@@ -183,13 +215,7 @@ def test_a_user_s_cancel_is_told_from_the_time_limit_and_preemption(
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "1")
     monkeypatch.setenv("SLURM_NODEID", "0")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node1")
-    assert slurm_task.cancelled_by_user() is by_user
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=True) == ("scancel" if by_user else None)
-    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=False) == ("scancel" if by_user else None)  # recorded
-    (run_dir / slurm.JOB_RECORD).write_text(json.dumps({"job_id": "12_0", "cancelled": True}))
-    assert slurm_task.cancelled_by(run_dir, "12_0", terminated=False) == "rpm-batch cancel"
+    return folder
 
 
 @pytest.mark.parametrize(("setting", "named"), [

@@ -25,6 +25,11 @@ from rpm_lib.training.stop_signals import held_from_the_kernel
 #: completed.
 REQUEUE_WAIT_S = 300
 
+#: Seconds a task that took SIGTERM waits for SLURM's notice of why (:func:`cancelled_by_user`). The notice and the
+#: signal travel separately: on a busy node the run had stopped 4 s after an ``scancel`` and the notice was not yet
+#: in the log, so the task requeued itself. SLURM's default KillWait leaves 30 s between SIGTERM and SIGKILL.
+NOTICE_WAIT_S = 15.0
+
 
 class GridCell:
     """The callable every task of the array runs (pickled by submitit): one grid cell, resumed where it stopped.
@@ -74,7 +79,8 @@ class GridCell:
         if result.status == RunStatus.FAILED:
             raise RuntimeError(f"{run_dir}: the run failed; see {run_dir / ERROR}")
         if result.status == RunStatus.UNFINISHED or stopped_by_budget(run_dir):
-            by = cancelled_by(run_dir, job, "SIGTERM" in received)
+            # SLURM's SIGTERM reaches this process too; during the run it is held and taken afterwards (arrived)
+            by = cancelled_by(run_dir, job, "SIGTERM" in received or "SIGTERM" in arrived)
             if by is not None:
                 log_line(run_dir, f"job {job}: {CANCEL_LINE} ({by}; submitting the batch again resumes it)")
                 return RunStatus.UNFINISHED
@@ -102,7 +108,7 @@ def cancelled_by(run_dir: Path, job: str, terminated: bool) -> str | None:
     record = job_record(run_dir) or {}
     if record.get("cancelled"):
         return record.get("cancelled_by") if isinstance(record.get("cancelled_by"), str) else "rpm-batch cancel"
-    if terminated and cancelled_by_user():
+    if terminated and cancelled_by_user(wait_s=NOTICE_WAIT_S):
         write_object(run_dir / JOB_RECORD, {**record, "cancelled": True, "cancelled_by": "scancel"},
                      indent=1)  # status shows it
         return "scancel"
@@ -115,21 +121,30 @@ def cancelled_by(run_dir: Path, job: str, terminated: bool) -> str | None:
 _CANCEL_NOTICE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+( DUE TO [^*]*)? \*\*\*")
 
 
-def cancelled_by_user() -> bool:
+def cancelled_by_user(wait_s: float = 0.0) -> bool:
     """Whether SLURM is ending this task because a user cancelled its job: the job's state is no help here (SLURM
     shows ``COMPLETING`` until every process of the job has ended), so this reads the cancel line SLURM wrote into
-    the task's standard error (submitit's ``<job>_<task>_log.err``, its last 64 KB)."""
+    the task's standard error (submitit's ``<job>_<task>_log.err``, its last 64 KB), waiting up to ``wait_s``
+    seconds for a line to arrive."""
     try:
         from submitit import JobEnvironment
 
         path = Path(JobEnvironment().paths.stderr)
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - (64 << 10)))
-            tail = handle.read().decode(errors="replace")
-    except (OSError, KeyError, RuntimeError):  # not in a submitit task, or its log unreadable
+    except (KeyError, RuntimeError):  # not in a submitit task
         return False
-    notices = _CANCEL_NOTICE.findall(tail)
-    return bool(notices) and not notices[-1]
+    give_up = time.monotonic() + wait_s
+    while True:
+        try:
+            with path.open("rb") as handle:
+                handle.seek(max(0, path.stat().st_size - (64 << 10)))
+                notices = _CANCEL_NOTICE.findall(handle.read().decode(errors="replace"))
+        except OSError:  # the log unreadable
+            notices = []
+        if notices:
+            return not notices[-1]
+        if time.monotonic() >= give_up:
+            return False
+        time.sleep(0.5)
 
 
 def _restarts() -> int:
