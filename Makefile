@@ -14,11 +14,9 @@ export MPLBACKEND := Agg
 
 # The exact pins of requirements.txt first, then rpm_lib itself with --no-deps: pyproject.toml only declares
 # compatible ranges (for `pip install .` elsewhere), which tests/test_packaging.py keeps admitting these pins.
-# --no-compile: Python compiles a module when it is first imported; compiling every file of every package up front
-# (torch's tests, tools and all) was over a third of the install's CPU time.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rpm_lib)" >/dev/null
 	touch $(STAMP)
@@ -31,14 +29,11 @@ dev: $(STAMP)
 # ruff (pyproject.toml [tool.ruff]) and the layers of rpm_lib (import-linter, [tool.importlinter]) before the suite.
 # The suite runs on TEST_PROCESSES processes (pytest-xdist), a test file per process at a time; many tests wait on
 # kernels, subprocesses and SLURM, so two processes keep a 2-core machine busy. TEST_PROCESSES=0 runs it in one.
-# TEST_THREADS: torch threads (OMP_NUM_THREADS) of each test process and of what it starts; torch's default of one
-# per core would have the processes' threads compete for the same cores.
 TEST_PROCESSES ?= 2
-TEST_THREADS ?= 1
 test: $(STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/lint-imports --no-cache
-	OMP_NUM_THREADS=$(TEST_THREADS) $(PY) -m pytest tests -q -p no:cacheprovider --timeout=900 -n $(TEST_PROCESSES) --dist loadfile
+	$(PY) -m pytest tests -q -p no:cacheprovider --timeout=900 -n $(TEST_PROCESSES) --dist loadfile
 
 # Only the notebooks in JupyterLab in headless Chromium (Debian: `apt-get install -y chromium`; skipped with
 # that hint when Chromium is missing; .ci/run installs it).
