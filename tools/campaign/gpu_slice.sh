@@ -65,15 +65,13 @@ if (( DRY )); then
     CONFIG=$REPO/configs/table1_scl_tiny.yaml
     WORK=${CAMPAIGN_WORK:-$(mktemp -d /tmp/gpu-campaign-dry.XXXXXX)}
     DEST=${CAMPAIGN_OUT:-$WORK/out}
-    # The first slice must start runs and stop them unfinished. A run's start (its kernel importing torch and
-    # Lightning: ~7 s on a 2-core machine here, twice that when the machine is busy) decides how long that takes, so
-    # the first budget is 2.5 times an import measured now (at least 12 s): a fixed 12 s started no run at all on a
-    # loaded machine, and a longer fixed one let every run finish on a fast one.
-    if [[ -z ${CAMPAIGN_BUDGETS:-} ]]; then
-        first=$("$PY" -c 'import time; t = time.perf_counter(); import rpm_lib.training.run
-print(max(12, round(2.5 * (time.perf_counter() - t))))') || first=12
-        CAMPAIGN_BUDGETS="$first 400"
-    fi
+    # Two slices: the first must stop runs unfinished for the second to resume them from their archives. A wall-clock
+    # budget cannot promise that here: a run's start-up (its kernel importing torch and Lightning) took 7 s on a quiet
+    # 2-core machine and outlasted a 2.5x budget on a busy one, while a long budget lets every run finish on a fast
+    # machine. So by default ("epoch") the first slice asks each run to stop at its next step once it has written its
+    # first checkpoint (an epoch's end), through the run's stop-request file as the batch's own backstop does; every
+    # run then stops mid-stage, whatever the machine's speed, and the 400 s are only a limit.
+    CAMPAIGN_BUDGETS=${CAMPAIGN_BUDGETS:-"epoch 400"}
     BUDGETS=($CAMPAIGN_BUDGETS)
     DEVICES=()
     # The template path in the YAML is relative to the working folder: a private copy keeps the checkout clean.
@@ -118,9 +116,26 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 
 status=0
-# Seconds slice $1's batch may train: the dry run's fixed budget, else what CAMPAIGN_SECONDS leaves after the reserve.
+# Seconds slice $1's batch may train: the dry run's fixed budget ("epoch": each run stopped after its first
+# checkpoint, within 400 s), else what CAMPAIGN_SECONDS leaves after the reserve.
 budget_left() {
-    if [[ $DRY == 1 ]]; then echo "${BUDGETS[$1]}"; else echo $(( BUDGETS[$1] - ($(date +%s) - STARTED) - RESERVE )); fi
+    if [[ $DRY == 1 ]]; then
+        [[ ${BUDGETS[$1]} == epoch ]] && echo 400 || echo "${BUDGETS[$1]}"
+    else
+        echo $(( BUDGETS[$1] - ($(date +%s) - STARTED) - RESERVE ))
+    fi
+}
+# The dry run's "epoch" slice: every unfinished run folder of $RUNS that holds a checkpoint gets a stop request
+# (again every half second: `train` removes a request it finds at its start), until this is killed.
+stop_each_run_after_its_first_checkpoint() {
+    local run
+    while :; do
+        for run in "$RUNS"/*/*/; do
+            [[ -f $run/metrics.json ]] && continue
+            compgen -G "$run/checkpoints/*/last.ckpt" >/dev/null && : >"$run/stop.request"
+        done
+        sleep 0.5
+    done
 }
 # The slice's batch for $1 seconds, with MPS where it is in use.
 batch() { rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$1"; }
@@ -138,6 +153,12 @@ for number in "${!BUDGETS[@]}"; do
         status=75
     else
         echo "gpu_campaign: slice $number, time budget ${budget} s, $JOBS runs at a time"
+        stopper=
+        if [[ $DRY == 1 && ${BUDGETS[$number]} == epoch ]]; then
+            echo "gpu_campaign: slice $number stops each run after its first checkpoint"
+            stop_each_run_after_its_first_checkpoint &
+            stopper=$!
+        fi
         # rpm-batch's errors and warnings are kept (and shown after it ends) to see whether MPS failed
         errors=$(mktemp /tmp/gpu-campaign-errors.XXXXXX)
         batch "$budget" 2>"$errors"
@@ -157,6 +178,10 @@ for number in "${!BUDGETS[@]}"; do
             fi
         fi
         rm -f "$errors"
+        if [[ -n $stopper ]]; then
+            kill "$stopper" 2>/dev/null; wait "$stopper" 2>/dev/null
+            rm -f "$RUNS"/*/*/stop.request
+        fi
     fi
     mark batch_ended
     [[ -f "$RUNS/table1.md" ]] && cp "$RUNS/table1.md" "$REPORTS/table1.md"
