@@ -12,12 +12,23 @@ export MPLBACKEND := Agg
 
 .PHONY: install test test-browser test-slurm demo bench clean-venv dev gpu-wheels
 
+# pip compiles what it installs one file at a time; compileall does the same on every core (a file that is not valid
+# Python 3.11, such as torch's Python 3.12 test helpers, is skipped, as pip skips it). rpm_lib is compiled too: where
+# PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile the modules it imports again.
+define COMPILE_ALL
+import compileall, glob
+for folder in glob.glob("$(VENV)/lib/python3*/site-packages") + ["rpm_lib"]:
+    compileall.compile_dir(folder, quiet=2, workers=0)
+endef
+export COMPILE_ALL
+
 # The exact pins of requirements.txt first, then rpm_lib itself with --no-deps: pyproject.toml only declares
 # compatible ranges (for `pip install .` elsewhere), which tests/test_packaging.py keeps admitting these pins.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile --no-deps --no-build-isolation -e .
+	$(PY) -c "$$COMPILE_ALL"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (rpm_lib)" >/dev/null
 	touch $(STAMP)
 
