@@ -5,6 +5,7 @@ and validation inspect a 400 kB file while reading a few hundred bytes of it.
 """
 from __future__ import annotations
 
+import threading
 import tokenize
 import zipfile
 from dataclasses import dataclass
@@ -14,22 +15,39 @@ import numpy as np
 
 from rpm_lib.data.errors import DataFormatError
 
+#: numpy parses an .npy header (a Python literal) with ``ast.literal_eval``, and CPython 3.11 builds ASTs with a
+#: recursion counter shared by all threads: two threads parsing at once can fail with "SystemError: AST constructor
+#: recursion depth mismatch" (python/cpython#106905). Problem hashing reads files on several threads, so headers
+#: are parsed one at a time, and the data is read after the header without numpy parsing it a second time.
+_HEADER_LOCK = threading.Lock()
+
 
 @dataclass(frozen=True)
 class ArrayHeader:
-    """Shape and dtype of an .npy member whose data was not read."""
+    """Shape and dtype of an .npy member whose data was not read (``fortran_order``: stored column-major)."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
+    fortran_order: bool = False
 
 
 def _read_header(member) -> ArrayHeader:
-    version = np.lib.format.read_magic(member)
-    if version == (1, 0):
-        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(member)
-    else:
-        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(member)
-    return ArrayHeader(tuple(shape), np.dtype(dtype))
+    with _HEADER_LOCK:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(member)
+        else:
+            shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(member)
+    return ArrayHeader(tuple(shape), np.dtype(dtype), bool(fortran_order))
+
+
+def _read_data(member, header: ArrayHeader) -> np.ndarray:
+    """The array whose ``header`` was just read from ``member`` (``ValueError`` when the data is cut short)."""
+    stored = header.shape[::-1] if header.fortran_order else header.shape
+    array = np.empty(stored, dtype=header.dtype)
+    if array.nbytes and member.readinto(array.reshape(-1).view(np.uint8)) != array.nbytes:
+        raise ValueError(f"the array data ends before its {array.nbytes} bytes")
+    return array.T if header.fortran_order else array
 
 
 def _header(archive: zipfile.ZipFile, name: str) -> ArrayHeader:
@@ -72,8 +90,9 @@ def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (
                     if promised > archive.getinfo(names[key]).file_size:
                         raise DataFormatError(f"{path}: member {key!r} claims {header.shape} {header.dtype} "
                                               f"({promised} bytes) but holds {archive.getinfo(names[key]).file_size}")
-                with archive.open(names[key]) as member:
-                    out[key] = np.lib.format.read_array(member, allow_pickle=False)
+                    if header.dtype.hasobject:  # what np.load(allow_pickle=False) refuses: only a pickle holds it
+                        raise ValueError(f"member {key!r} holds Python objects, which only unpickling could read")
+                    out[key] = _read_data(member, header)
             return out
     except DataFormatError:
         raise
