@@ -70,8 +70,9 @@ if (( DRY )); then
     # 2-core machine and outlasted a 2.5x budget on a busy one, while a long budget lets every run finish on a fast
     # machine. So by default ("epoch") the first slice asks each run to stop at its next step once it has written its
     # first checkpoint (an epoch's end), through the run's stop-request file as the batch's own backstop does; every
-    # run then stops mid-stage, whatever the machine's speed, and the 400 s are only a limit.
-    CAMPAIGN_BUDGETS=${CAMPAIGN_BUDGETS:-"epoch 400"}
+    # run then stops mid-stage, whatever the machine's speed, and EPOCH_SLICE_LIMIT seconds are only a limit.
+    EPOCH_SLICE_LIMIT=400
+    CAMPAIGN_BUDGETS=${CAMPAIGN_BUDGETS:-"epoch $EPOCH_SLICE_LIMIT"}
     BUDGETS=($CAMPAIGN_BUDGETS)
     DEVICES=()
     # The template path in the YAML is relative to the working folder: a private copy keeps the checkout clean.
@@ -117,25 +118,37 @@ fi
 
 status=0
 # Seconds slice $1's batch may train: the dry run's fixed budget ("epoch": each run stopped after its first
-# checkpoint, within 400 s), else what CAMPAIGN_SECONDS leaves after the reserve.
+# checkpoint, within EPOCH_SLICE_LIMIT), else what CAMPAIGN_SECONDS leaves after the reserve.
 budget_left() {
     if [[ $DRY == 1 ]]; then
-        [[ ${BUDGETS[$1]} == epoch ]] && echo 400 || echo "${BUDGETS[$1]}"
+        [[ ${BUDGETS[$1]} == epoch ]] && echo "$EPOCH_SLICE_LIMIT" || echo "${BUDGETS[$1]}"
     else
         echo $(( BUDGETS[$1] - ($(date +%s) - STARTED) - RESERVE ))
     fi
 }
-# The dry run's "epoch" slice: every unfinished run folder of $RUNS that holds a checkpoint gets a stop request
-# (again every half second: `train` removes a request it finds at its start), until this is killed.
+# The dry run's "epoch" slice: every unfinished run of $RUNS that holds a checkpoint is asked to stop at its next step
+# (asked again every half second: `train` removes a request it finds at its start); on SIGTERM the requests are
+# removed, so that the packed state holds none. (exec: the background job is this Python itself, which the kill
+# below then reaches.)
 stop_each_run_after_its_first_checkpoint() {
-    local run
-    while :; do
-        for run in "$RUNS"/*/*/; do
-            [[ -f $run/metrics.json ]] && continue
-            compgen -G "$run/checkpoints/*/last.ckpt" >/dev/null && : >"$run/stop.request"
-        done
-        sleep 0.5
-    done
+    exec "$PY" - "$RUNS" <<'PYTHON'
+import signal, sys, time
+from pathlib import Path
+
+from rpm_lib.run_folder import CHECKPOINTS, STOP_FILE, find_run_folders, is_finished, request_stop
+
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+runs, asked = Path(sys.argv[1]), set()
+try:
+    while True:
+        for run in find_run_folders(runs).runs if runs.is_dir() else ():
+            if not is_finished(run) and any((run / CHECKPOINTS).glob("*/last.ckpt")) and request_stop(run):
+                asked.add(run)
+        time.sleep(0.5)
+finally:
+    for run in asked:
+        (run / STOP_FILE).unlink(missing_ok=True)
+PYTHON
 }
 # The slice's batch for $1 seconds, with MPS where it is in use.
 batch() { rpm-batch "$CONFIG" --jobs "$JOBS" "${DEVICES[@]}" "${MPS[@]}" --workers-per-run auto --time-budget "$1"; }
@@ -180,7 +193,6 @@ for number in "${!BUDGETS[@]}"; do
         rm -f "$errors"
         if [[ -n $stopper ]]; then
             kill "$stopper" 2>/dev/null; wait "$stopper" 2>/dev/null
-            rm -f "$RUNS"/*/*/stop.request
         fi
     fi
     mark batch_ended
