@@ -242,7 +242,7 @@ def test_cli_help_and_dry_run(tmp_path, fake_templates, capsys):
 
 
 @pytest.mark.parametrize("name", ["demo.yaml", "table1.yaml", "table1_scl_gpu.yaml", "table1_scl_tiny.yaml",
-                                  "slurm_example.yaml"])
+                                  "table1_predrnet_gpu.yaml", "predrnet_cpu.yaml", "slurm_example.yaml"])
 def test_shipped_configs_are_valid_train_configs(name, monkeypatch):
     """Every run of the shipped batches (all grids) is a valid TrainConfig and a known 03_train parameter."""
     import papermill

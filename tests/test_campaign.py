@@ -232,6 +232,18 @@ def test_the_gpu_campaign_trains_the_table1_grid_row_of_scl() -> None:
     assert grids["seed1"] == {"setup": ["ce", "ce_aux_dense"], "seed": [1]}
 
 
+def test_the_predrnet_gpu_runs_are_cells_of_the_table1_grid_s_predrnet_row() -> None:
+    runs, grid = _fixed("table1_predrnet_gpu.yaml"), _fixed("table1.yaml")
+    for key, value in grid.items():
+        assert runs[key] == value, f"table1_predrnet_gpu.yaml {key}: {runs[key]!r}, table1.yaml: {value!r}"
+    assert runs["encoder"] == "predrnet"
+    table1_axes = yaml.safe_load((REPO / "configs" / "table1.yaml").read_text())["grids"][0]["axes"]
+    (only,) = yaml.safe_load((REPO / "configs" / "table1_predrnet_gpu.yaml").read_text())["grids"]
+    assert only["axes"] == {"setup": ["ce_aux_sparse", "mlcl_aug"], "seed": [0]}
+    assert "predrnet" in table1_axes["encoder"]
+    assert set(only["axes"]["setup"]) <= set(table1_axes["setup"]) and 0 in table1_axes["seed"]
+
+
 # Fingerprint of the campaign's data recipe on a small scale (10 problems per configuration, the campaign's seed and
 # mode, cached at 80 px), made by the generator and cache that produced the committed campaign state (slices 1-3
 # wrote the problem files, then `rpm-data prepare`; later slices `rpm-generate --cache-size`, the same bytes). The
