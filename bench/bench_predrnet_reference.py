@@ -236,6 +236,10 @@ def learning(official: ModuleType, data: dict[str, np.ndarray], args: argparse.N
                 curves[name]["train_loss"].append(statistics.mean(losses[name]))
                 curves[name]["val_accuracy"].append(accuracy(model, data["panels_val"], data["targets_val"],
                                                              args.batch_size))
+            print(f"  seed {seed} epoch {len(curves['official']['train_loss'])}/{args.epochs}: "
+                  + "; ".join(f"{name} train loss {curve['train_loss'][-1]:.4f}, "
+                              f"val {100 * curve['val_accuracy'][-1]:.1f} %" for name, curve in curves.items())
+                  + f" ({time.perf_counter() - began:.0f} s)", flush=True)
         for name, model in models.items():
             rows.append({"model": name, "seed": seed, **curves[name], "steps": step,
                          "test_accuracy": accuracy(model, data["panels_test"], data["targets_test"], args.batch_size),
