@@ -50,11 +50,6 @@ def _read_data(member, header: ArrayHeader) -> np.ndarray:
     return array.T if header.fortran_order else array
 
 
-def _header(archive: zipfile.ZipFile, name: str) -> ArrayHeader:
-    with archive.open(name) as member:
-        return _read_header(member)
-
-
 def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (),
              optional: tuple[str, ...] = ()) -> dict[str, np.ndarray | ArrayHeader]:
     """Members of an .npz file.
@@ -78,10 +73,10 @@ def read_npz(path: Path, keys: tuple[str, ...], header_only: tuple[str, ...] = (
                 raise DataFormatError(f"{path}: missing key(s) {missing}; the file has {sorted(names)}")
             out: dict[str, np.ndarray | ArrayHeader] = {}
             for key in (*keys, *(k for k in optional if k in names)):
-                if key in optional and _header(archive, names[key]).dtype.hasobject:
-                    continue  # an optional member readable only by unpickling is left out, never unpickled
                 with archive.open(names[key]) as member:
                     header = _read_header(member)
+                    if key in optional and header.dtype.hasobject:
+                        continue  # an optional member readable only by unpickling is left out, never unpickled
                     if key in header_only:
                         out[key] = header
                         continue
