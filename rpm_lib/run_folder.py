@@ -31,7 +31,8 @@ __all__ = [
     "CONFIG", "RUN_RECORD", "PROGRESS", "HISTORY", "METRICS", "PREDICTIONS", "FINAL_WEIGHTS",
     "EXTRA_PREDICTIONS_GLOB", "PREDICTIONS_GLOB", "CHECKPOINTS", "ERROR", "STOP_FILE", "RUN_LOCK", "RUN_RECORDS",
     "UNFINISHED_EXIT_CODE",
-    "RunStatus", "FINISHED", "UNFINISHED", "is_finished", "request_stop", "stopped_by_budget", "is_run_folder", "RunFolders",
+    "RunStatus", "FINISHED", "UNFINISHED", "is_finished", "request_stop", "withdraw_stop_request",
+    "stopped_by_budget", "is_run_folder", "RunFolders",
     "find_run_folders", "weights_record", "recorded_weights", "write_object",
 ]
 
@@ -121,6 +122,13 @@ def request_stop(run_dir: str | os.PathLike) -> bool:
         return False
     os.close(handle)
     return True
+
+
+def withdraw_stop_request(run_dir: str | os.PathLike) -> None:
+    """Remove the run's :data:`STOP_FILE` where there is one; a symbolic link planted at that name is left alone."""
+    stop_file = Path(run_dir) / STOP_FILE
+    if not stop_file.is_symlink():
+        stop_file.unlink(missing_ok=True)
 
 
 def is_finished(run_dir: str | os.PathLike) -> bool:

@@ -18,7 +18,8 @@ from rpm_lib.batch.config import BatchConfig, RunSpec, SlurmSettings
 from rpm_lib.batch.slurm_client import (CANCEL_LINE, JOB_RECORD, REQUEUE_LINE, SlurmError, job_record, log_line,
                                         patiently, run_command)
 from rpm_lib.json_files import write_object
-from rpm_lib.run_folder import ERROR, STOP_FILE, RunStatus, is_finished, request_stop, stopped_by_budget
+from rpm_lib.run_folder import (ERROR, RunStatus, is_finished, request_stop, stopped_by_budget,
+                                withdraw_stop_request)
 from rpm_lib.training.stop_signals import held_from_the_kernel
 
 #: Seconds a task that requeued itself waits for SLURM to end it: returning first would let submitit mark the task
@@ -73,8 +74,7 @@ class GridCell:
             result = run_one(spec, self.config, self.out, threads=threads, deadline=(end, whole))
         for name in arrived:
             log_line(run_dir, f"job {job}: {name} received during the run (the run's own process took it)")
-        if not (run_dir / STOP_FILE).is_symlink():  # a planted link is never followed, also not to delete
-            (run_dir / STOP_FILE).unlink(missing_ok=True)
+        withdraw_stop_request(run_dir)
         log_line(run_dir, f"job {job}: {result.status} after {time.time() - started:.0f} s")
         if result.status == RunStatus.FAILED:
             raise RuntimeError(f"{run_dir}: the run failed; see {run_dir / ERROR}")

@@ -135,7 +135,7 @@ stop_each_run_after_its_first_checkpoint() {
 import signal, sys, time
 from pathlib import Path
 
-from rpm_lib.run_folder import CHECKPOINTS, STOP_FILE, find_run_folders, is_finished, request_stop
+from rpm_lib.run_folder import CHECKPOINTS, find_run_folders, is_finished, request_stop, withdraw_stop_request
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 runs, asked = Path(sys.argv[1]), set()
@@ -147,7 +147,7 @@ try:
         time.sleep(0.5)
 finally:
     for run in asked:
-        (run / STOP_FILE).unlink(missing_ok=True)
+        withdraw_stop_request(run)
 PYTHON
 }
 # The slice's batch for $1 seconds, with MPS where it is in use.
