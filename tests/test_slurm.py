@@ -356,10 +356,11 @@ def test_waiting_rides_out_a_controller_restart(slurm_cluster: dict[str, str], t
     path = _batch_yaml(tmp_path, "outage", epochs=(2, 3))
 
     def outage() -> None:
+        # Once a task's Python has started (submitit's first log line): a task that is RUNNING in squeue may still be
+        # at srun's check of its allocation, which fails while the controller is down (a test that failed the task,
+        # not the wait).
         for _ in range(300):
-            running = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%Z"], capture_output=True,
-                                     text=True).stdout.split()
-            if str(tmp_path) in running:
+            if any("Starting with" in log.read_text() for log in (tmp_path / "outage" / "slurm").glob("*/*_log.out")):
                 _restart_controller(down_s=15)
                 return
             time.sleep(1)
