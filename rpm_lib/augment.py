@@ -69,6 +69,8 @@ import torch  # noqa: E402
 from albumentations.core.transforms_interface import BaseTransformInitSchema  # noqa: E402
 from pydantic import Field  # noqa: E402  (albumentations 2.0.8's schema library; always installed with it)
 
+from rpm_lib.method_choices import AUGMENT_RECIPES  # noqa: E402
+
 __all__ = [
     "AppliedTransform",
     "RECIPES",
@@ -262,6 +264,7 @@ RECIPES: dict[str, Recipe] = {
                                           functools.partial(_position_preserving_transforms, release=True), 0.5,
                                           None),
 }
+assert tuple(RECIPES) == AUGMENT_RECIPES, "rpm_lib.method_choices names every recipe, in this order"
 
 
 class AppliedTransform(NamedTuple):

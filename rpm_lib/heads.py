@@ -14,8 +14,7 @@ import torch
 from torch import nn
 
 from rpm_lib.encoders.base import NUM_CANDIDATES
-
-RULE_POOLINGS: tuple[str, ...] = ("mean", "concat")
+from rpm_lib.method_choices import RULE_POOLINGS
 
 
 def _check_last_dim(name: str, x: torch.Tensor, dim: int, min_ndim: int = 1) -> None:

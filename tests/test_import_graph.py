@@ -113,3 +113,22 @@ def test_the_graph_sees_imports_inside_functions_and_through_packages():
     assert "rpm_lib.notebook_execution" in graph["rpm_lib.notebook_cli"]
     # a circle made on purpose is found
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_rpm_batch_s_own_processes_read_configs_and_plan_stages_without_torch():
+    # rpm-batch's own process reads every run's config for its live progress, and `rpm-batch status` only reads; a
+    # SLURM task only starts its cell's kernel. torch cost each of them 2 s of start-up (Lightning 6 s).
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from rpm_lib.batch import cli, local, slurm, slurm_task\n"
+              "from rpm_lib.training import TrainConfig, stage_plan\n"
+              "from rpm_lib.training.plans import trained_objectives\n"
+              "config = TrainConfig(setup='mlcl_aug', finetune=True, answer_loss='copinet_contrast')\n"
+              "assert [plan.name for plan in stage_plan(config)] == ['pretrain', 'linear', 'finetune']\n"
+              "assert 'mlcl' in trained_objectives(config)\n"
+              "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'lightning')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout[-2000:]

@@ -17,12 +17,14 @@ from rpm_lib.losses.copinet_contrast import CopinetContrastLoss, copinet_contras
 from rpm_lib.losses.cross_entropy import AnswerCrossEntropy, answer_cross_entropy
 from rpm_lib.losses.mlcl import NEGATIVE_MODES, NUMERICS, MLCLLoss, mlcl_loss, split_completions
 from rpm_lib.losses.rule import RuleLoss, rule_loss
+from rpm_lib.method_choices import ANSWER_LOSS_NAMES
 
 #: Registry of answer losses, config field ``answer_loss`` -> ``loss(scores (B, 8), target (B,)) -> scalar``.
 ANSWER_LOSSES = {
     "ce": answer_cross_entropy,
     "copinet_contrast": copinet_contrast_loss,
 }
+assert tuple(ANSWER_LOSSES) == ANSWER_LOSS_NAMES, "rpm_lib.method_choices names every answer loss, in this order"
 
 __all__ = [
     "ANSWER_LOSSES",

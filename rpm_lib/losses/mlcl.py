@@ -51,9 +51,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rpm_lib.losses.value_checks import check_values
-
-NEGATIVE_MODES: tuple[str, ...] = ("batch", "own", "none")
-NUMERICS: tuple[str, ...] = ("paper", "official")
+from rpm_lib.method_choices import NEGATIVE_MODES, NUMERICS
 
 
 def _check_options(temperature: float, negatives: str, numerics: str) -> None:

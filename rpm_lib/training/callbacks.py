@@ -1,9 +1,11 @@
-"""Lightning callbacks of a run: ``history.csv`` and quiet Lightning output."""
+"""Lightning callbacks of a run: ``history.csv``, quiet Lightning output, the stop signals kept through ``fit``."""
 from __future__ import annotations
 
 import csv
 import logging
 import math
+import signal
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import lightning as L
 
 from rpm_lib.training.history import HISTORY_COLUMNS, history_rows
+from rpm_lib.training.stop_signals import active_handlers
 
 
 class HistoryCallback(L.Callback):
@@ -149,3 +152,13 @@ class quiet_lightning:
         self._warnings.__exit__(*exc)
         for name, level in self._levels.items():
             logging.getLogger(name).setLevel(level)
+
+
+class KeepStopSignals(L.Callback):
+    """Re-installs :func:`rpm_lib.training.stop_signals.stop_on_signals`' handlers over the ones ``Trainer.fit``
+    installed (Lightning's SIGTERM handler would end the run as if finished; see that module's docstring)."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in active_handlers().items():
+                signal.signal(sig, handler)

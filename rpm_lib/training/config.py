@@ -19,8 +19,8 @@ from typing import Any, Union
 import yaml
 
 from rpm_lib import typed_values
-from rpm_lib.heads import RULE_POOLINGS
-from rpm_lib.losses import ANSWER_LOSSES, NEGATIVE_MODES, NUMERICS
+from rpm_lib.method_choices import (ANSWER_LOSS_NAMES, AUGMENT_RECIPES, BUILT_IN_ENCODERS, NEGATIVE_MODES, NUMERICS,
+                                    RULE_POOLINGS)
 from rpm_lib.rule_encodings import RuleEncoding, default_sparse, rule_encoding
 from rpm_lib.training.config_values import (COMPILE_MODES, COMPILE_SCOPES, DATA_CHECKS, DATASETS, ENCODER_MODES,
                                             EVALUATION, FIXED_SETTING, HEAD_VIEWS, LENGTH, LR_SCHEDULES,
@@ -132,7 +132,7 @@ class TrainConfig:
                                choices=NUMERICS)
     answer_loss: str = field("ce", "answer loss on the scoring head: ce (paper) or copinet_contrast (BCE on "
                              "one-hot, as the CoPINet release)", "objective", TRAINED,
-                             choices=tuple(ANSWER_LOSSES))
+                             choices=ANSWER_LOSS_NAMES)
     augment: str = field("auto", "augmentation recipe of rpm_lib.augment for training views: auto "
                          "(official for mlcl_aug, none otherwise), none, or a recipe name", "objective", TRAINED)
 
@@ -403,16 +403,16 @@ class TrainConfig:
                               f"{self.lr_plateau_factor!r}")
         if self.resume and self.overwrite:
             raise ConfigError("config fields 'resume' and 'overwrite': choose one (both are true)")
-        from rpm_lib.encoders import list_encoders
         from rpm_lib.rules import PGM_REGIMES
 
-        check_known("encoder", "encoder", self.encoder, list_encoders())
+        if self.encoder not in BUILT_IN_ENCODERS:
+            from rpm_lib.encoders import list_encoders  # torch: only for a name rpm_lib does not register itself
+
+            check_known("encoder", "encoder", self.encoder, list_encoders())
         if self.dataset == "pgm":
             check_known("pgm_regime", "regime", self.pgm_regime, list(PGM_REGIMES))
         if self.resolved_augment != "none":
-            from rpm_lib.augment import RECIPES  # albumentations is slow to import: only when augmenting
-
-            check_known("augment", "recipe", self.resolved_augment, list(RECIPES), extra="auto, none, ")
+            check_known("augment", "recipe", self.resolved_augment, list(AUGMENT_RECIPES), extra="auto, none, ")
 
 
 def _fields_whose(role: str, value: bool = True) -> frozenset[str]:

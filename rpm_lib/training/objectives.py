@@ -17,22 +17,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from rpm_lib.heads import ProjectionHead, RuleHead, ScoringHead
-from rpm_lib.losses import ANSWER_LOSSES, rule_loss, split_completions
-from rpm_lib.training.distributed import gathered_mlcl_loss
+# The registry is read with the config (TrainConfig checks the objectives' weight fields, plans weight the stages);
+# the heads and losses, and torch with them, are imported when a model is built or a term computed, so that reading
+# a config does not load torch.
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 #: ``term(model, embeddings (N, 8, D), target (N,), rules (N, R) or None) -> (value, to_backward, extra parts)``:
 #: ``value`` is the term (a scalar with its graph), ``to_backward`` what is back-propagated (``value`` but for a
 #: term gathered across processes), ``extra`` further logged values (``accuracy``). ``model`` is the RpmModule.
-Term = Callable[[Any, torch.Tensor, torch.Tensor, "torch.Tensor | None"],
-                tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]
+Term = Callable[[Any, "torch.Tensor", "torch.Tensor", "torch.Tensor | None"],
+                "tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]"]
 #: ``make_head(config, embedding_dim D, num_rules R) -> nn.Module``.
-HeadFactory = Callable[[Any, int, int], nn.Module]
+HeadFactory = Callable[[Any, int, int], "nn.Module"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +59,8 @@ class Objective:
 
 def _answer(model: Any, embeddings: torch.Tensor, target: torch.Tensor, rules: torch.Tensor | None
             ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    from rpm_lib.losses import ANSWER_LOSSES
+
     scores = model.scoring_head(embeddings).float()
     answer = ANSWER_LOSSES[model.config.answer_loss](scores, target)
     return answer, answer, {"accuracy": (scores.argmax(dim=1) == target).float().mean()}
@@ -66,6 +68,8 @@ def _answer(model: Any, embeddings: torch.Tensor, target: torch.Tensor, rules: t
 
 def _aux(model: Any, embeddings: torch.Tensor, target: torch.Tensor, rules: torch.Tensor | None
          ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    from rpm_lib.losses import rule_loss
+
     assert model.rule_head is not None and rules is not None
     aux = rule_loss(model.rule_head(embeddings).float(), rules)
     return aux, aux, {}
@@ -73,6 +77,9 @@ def _aux(model: Any, embeddings: torch.Tensor, target: torch.Tensor, rules: torc
 
 def _mlcl(model: Any, embeddings: torch.Tensor, target: torch.Tensor, rules: torch.Tensor | None
           ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    from rpm_lib.losses import split_completions
+    from rpm_lib.training.distributed import gathered_mlcl_loss
+
     assert model.projection_head is not None and rules is not None
     projections = model.projection_head(embeddings).float()  # (N, 8, P)
     z, z_neg = split_completions(projections, target)
@@ -83,12 +90,27 @@ def _mlcl(model: Any, embeddings: torch.Tensor, target: torch.Tensor, rules: tor
     return value, to_backward, {}
 
 
+def _scoring_head(config: Any, dim: int, num_rules: int) -> nn.Module:
+    from rpm_lib.heads import ScoringHead
+
+    return ScoringHead(dim)
+
+
+def _rule_head(config: Any, dim: int, num_rules: int) -> nn.Module:
+    from rpm_lib.heads import RuleHead
+
+    return RuleHead(dim, num_rules, pooling=config.rule_pooling)
+
+
+def _projection_head(config: Any, dim: int, num_rules: int) -> nn.Module:
+    from rpm_lib.heads import ProjectionHead
+
+    return ProjectionHead(dim, config.projection_dim)
+
+
 #: Objectives in the order their terms are added (and their heads built: the initial weights depend on it).
 OBJECTIVES: dict[str, Objective] = {objective.name: objective for objective in (
-    Objective("answer", "scoring_head", lambda config, dim, num_rules: ScoringHead(dim), weight_field=None,
-              needs_rules=False, term=_answer),
-    Objective("aux", "rule_head", lambda config, dim, num_rules: RuleHead(dim, num_rules, pooling=config.rule_pooling),
-              weight_field="beta", needs_rules=True, term=_aux),
-    Objective("mlcl", "projection_head", lambda config, dim, num_rules: ProjectionHead(dim, config.projection_dim),
-              weight_field="gamma", needs_rules=True, term=_mlcl),
+    Objective("answer", "scoring_head", _scoring_head, weight_field=None, needs_rules=False, term=_answer),
+    Objective("aux", "rule_head", _rule_head, weight_field="beta", needs_rules=True, term=_aux),
+    Objective("mlcl", "projection_head", _projection_head, weight_field="gamma", needs_rules=True, term=_mlcl),
 )}

@@ -19,7 +19,7 @@ become stop requests then.
 
 Lightning 2.6 installs its own SIGTERM handler when ``Trainer.fit`` starts: it calls the handler it finds, then
 ends the process with ``SIGTERMException`` after the batch in progress, a ``SystemExit`` with status 0, the status
-of a finished run. :class:`KeepStopSignals` puts this module's handlers back once training starts; Lightning
+of a finished run. :class:`rpm_lib.training.callbacks.KeepStopSignals` puts this module's handlers back once training starts; Lightning
 restores them itself when ``fit`` returns.
 """
 from __future__ import annotations
@@ -33,8 +33,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
-
-import lightning as L
 
 #: The handlers of the innermost active :func:`stop_on_signals` (signal -> handler), for :class:`KeepStopSignals`.
 _active: dict[int, Any] = {}
@@ -129,10 +127,6 @@ def held_from_the_kernel() -> Iterator[list[str]]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
-class KeepStopSignals(L.Callback):
-    """Re-installs :func:`stop_on_signals`' handlers over the ones ``Trainer.fit`` installed (see module docstring)."""
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in _active.items():
-                signal.signal(sig, handler)
+def active_handlers() -> dict[int, Any]:
+    """The handlers of the innermost active :func:`stop_on_signals` (signal -> handler); empty outside one."""
+    return dict(_active)

@@ -17,12 +17,11 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from rpm_lib.run_folder import HISTORY
-from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, StepLimit
+from rpm_lib.training.callbacks import FiniteLossGuard, HistoryCallback, KeepStopSignals, StepLimit
 from rpm_lib.training.checkpoint_io import SameFolderCheckpointIO
 from rpm_lib.training.config import ConfigError, TrainConfig
 from rpm_lib.training.loggers import stage_loggers
 from rpm_lib.training.setups import StagePlan
-from rpm_lib.training.stop_signals import KeepStopSignals
 from rpm_lib.training.time_budget import Deadline, TimeBudgetStop
 
 
