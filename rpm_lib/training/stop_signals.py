@@ -19,8 +19,8 @@ become stop requests then.
 
 Lightning 2.6 installs its own SIGTERM handler when ``Trainer.fit`` starts: it calls the handler it finds, then
 ends the process with ``SIGTERMException`` after the batch in progress, a ``SystemExit`` with status 0, the status
-of a finished run. :class:`rpm_lib.training.callbacks.KeepStopSignals` puts this module's handlers back once training starts; Lightning
-restores them itself when ``fit`` returns.
+of a finished run. :class:`rpm_lib.training.callbacks.KeepStopSignals` puts this module's handlers back once training
+starts; Lightning restores them itself when ``fit`` returns.
 """
 from __future__ import annotations
 
