@@ -34,7 +34,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-#: The handlers of the innermost active :func:`stop_on_signals` (signal -> handler), for :class:`KeepStopSignals`.
+#: The handlers of the innermost active :func:`stop_on_signals` (signal -> handler); read through :func:`active_handlers`
+#: by :class:`rpm_lib.training.callbacks.KeepStopSignals`.
 _active: dict[int, Any] = {}
 #: What SLURM sends a job: SIGUSR2 before its time limit (``--signal=USR2@N``), SIGTERM on preemption or at it.
 SLURM_STOP_SIGNALS: frozenset[int] = frozenset({signal.SIGUSR2, signal.SIGTERM})
