@@ -51,12 +51,6 @@ def test_kwargs_reach_the_constructor() -> None:
 def test_the_encoders_a_config_accepts_without_torch_are_the_ones_rpm_lib_registers() -> None:
     # TrainConfig accepts these names without importing the encoders (rpm_lib.method_choices): a name listed there but
     # not registered would pass the config and fail at training
-    import subprocess
-    import sys
-
     from rpm_lib.method_choices import BUILT_IN_ENCODERS
 
-    done = subprocess.run([sys.executable, "-c", "from rpm_lib.encoders import list_encoders; print(*list_encoders())"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(done.stdout.split()) == sorted(BUILT_IN_ENCODERS)
+    assert list_encoders() == sorted(BUILT_IN_ENCODERS)
