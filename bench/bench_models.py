@@ -30,7 +30,7 @@ from rpm_lib.encoders import create_encoder, list_encoders
 from rpm_lib.heads import ScoringHead
 from rpm_lib.losses import answer_cross_entropy
 from rpm_lib.training.config import MEMORY_FORMATS
-from rpm_lib.training.module import resolve_memory_format_for
+from rpm_lib.training.config_values import resolve_memory_format_for
 
 
 @dataclass

@@ -88,7 +88,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(folder: Path, split: str = "train"):
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     return make_dataset(FakeModel().config, split, root=folder)
 

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rpm_lib.augment import _make_transform
     from rpm_lib.training.config import TrainConfig
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     dataset = make_dataset(TrainConfig(data_root=args.data, image_size=args.image_size), args.split)
     rotate = A.Compose([_make_transform("rotate", 1.0, release=True)], strict=True, save_applied_params=True,

@@ -22,7 +22,7 @@ from rpm_lib.generator.cache_writer import generate_cache
 from rpm_lib.generator.regimes import Regime, resolve_regime
 from rpm_lib.pretrained.registry import PretrainedModel
 from rpm_lib.rules.vocabulary import SHORT_NAMES
-from rpm_lib.training.datamodule import make_dataset
+from rpm_lib.training.samples import make_dataset
 from rpm_lib.training.eval_sets import RegimeInfo, classify_distribution, read_regime
 from rpm_lib.training.module import RpmModule
 

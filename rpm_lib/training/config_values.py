@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 #: Rule encodings (:mod:`rpm_lib.rule_encodings`): ``auto`` picks dense for ``ce_aux_dense`` and the dataset's
 #: sparse code otherwise.
 RULE_ENCODINGS: tuple[str, ...] = ("auto", *ENCODING_NAMES)
-#: Encoder tensor layouts (``auto`` resolves in ``rpm_lib.training.module.resolve_memory_format_for``).
+#: Encoder tensor layouts (``auto`` resolves in :func:`resolve_memory_format_for`).
 MEMORY_FORMATS: tuple[str, ...] = ("auto", "channels_last", "contiguous")
 DATASETS: tuple[str, ...] = ("iraven", "pgm")
 #: What a resumed run demands of its data (``data_check``;
@@ -212,3 +212,15 @@ def check_known(field: str, what: str, value: str, known: list[str], extra: str 
     if value not in known:
         raise ConfigError(f"config field '{field}': unknown {what} {value!r}{suggest(value, known)}; "
                           f"known: {extra}{', '.join(known)}")
+
+
+def resolve_memory_format_for(memory_format: str) -> str:
+    """``memory_format`` (``auto`` / ``channels_last`` / ``contiguous``) with ``auto`` resolved.
+
+    ``auto`` is ``channels_last`` on CPUs and GPUs alike: cuDNN's fast convolutions want NHWC, and on the CPU oneDNN ran every
+    encoder's forward + backward 1.09-1.46x faster in NHWC than NCHW (``bench/bench_models.py --side-by-side``,
+    docs/performance.md).
+    """
+    if memory_format != "auto":
+        return memory_format
+    return "channels_last"

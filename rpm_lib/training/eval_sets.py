@@ -257,7 +257,7 @@ def check_extra_sets(config: TrainConfig) -> None:
         ConfigError: one line naming ``test_data_roots`` and the folder.
     """
     from rpm_lib.data import DataFormatError
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     trained = training_regime(config)
     for eval_set in extra_sets(config):
@@ -294,7 +294,7 @@ def _check_overlap(config: TrainConfig, tested: Any, root: Path) -> None:
     """
     from rpm_lib.data import DataFormatError
     from rpm_lib.data.problem_hashes import ProblemPanels, comparison_level, note, shared_by_content, shared_problems
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     test_panels = ProblemPanels(tested)
     recorded: dict[str, list[bytes] | None] = {}  # the records' hashes, read only where content cannot decide

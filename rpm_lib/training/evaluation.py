@@ -117,7 +117,7 @@ def answer_summary(predictions: Predictions, config: TrainConfig) -> dict[str, A
     ``{Center: fraction, ...}`` and ``num_samples_per_configuration``; for PGM ``accuracy_per_regime``. With a rule
     head: ``rules`` (see :func:`rpm_lib.training.metrics.rule_metrics`).
     """
-    from rpm_lib.training.datamodule import group_names
+    from rpm_lib.training.samples import group_names
 
     p = predictions
     loss = F.cross_entropy(torch.from_numpy(p.scores), torch.from_numpy(p.target)).item()

@@ -35,23 +35,12 @@ from rpm_lib.encoders import create_encoder
 from rpm_lib.heads import ScoringHead
 from rpm_lib.training.batchnorm import recalibrate_batchnorm
 from rpm_lib.training.config import ConfigError, TrainConfig
+from rpm_lib.training.config_values import resolve_memory_format_for
 from rpm_lib.training import feature_cache
 from rpm_lib.data.seeding import derive_seed
 from rpm_lib.training.objectives import OBJECTIVES
 from rpm_lib.training.plans import trained_objectives
 from rpm_lib.training.setups import STAGES, StagePlan
-
-
-def resolve_memory_format_for(memory_format: str) -> str:
-    """``memory_format`` (``auto`` / ``channels_last`` / ``contiguous``) with ``auto`` resolved.
-
-    ``auto`` is ``channels_last`` on CPUs and GPUs alike: cuDNN's fast convolutions want NHWC, and on the CPU oneDNN ran every
-    encoder's forward + backward 1.09-1.46x faster in NHWC than NCHW (``bench/bench_models.py --side-by-side``,
-    docs/performance.md).
-    """
-    if memory_format != "auto":
-        return memory_format
-    return "channels_last"
 
 
 def resolve_memory_format(config: TrainConfig) -> str:

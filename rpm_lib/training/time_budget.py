@@ -8,7 +8,7 @@ prediction would cross the deadline it writes the stage's ``last.ckpt`` *at this
 loop counters, callbacks, the data loader's position in its epoch) and raises :class:`TimeBudgetReached`.
 ``train`` then records the run as unfinished in ``progress.json`` and returns; ``resume=true`` continues at
 the next step and, on the CPU, ends with exactly the metrics of an uninterrupted run (the sampler, the
-augmentation and the global RNG are functions of (seed, epoch, index, step), see ``datamodule``).
+augmentation and the global RNG are functions of (seed, epoch, index, step), see ``samples``).
 
 Under DDP every rank must stop at the same step, so the decision is rank 0's, broadcast every
 ``DDP_CHECK_EVERY`` steps (a collective per step would make every step wait for the slowest host).

@@ -23,17 +23,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from rpm_lib import rules
 from rpm_lib.data.raw_files import SPLITS
 from rpm_lib.viz.rule_predictions import rule_comparison_lines, sigmoid
+
+if TYPE_CHECKING:  # torch is imported where a model runs: `rpm_lib.viz` itself draws figures without it
+    import torch
 
 #: One colour per relation (``rules.RELATIONS`` order), the same in every panel.
 RELATION_COLORS: dict[str, str] = dict(zip(rules.RELATIONS, ("#4477aa", "#ee6677", "#228833", "#ccbb44")))
@@ -142,6 +144,7 @@ def correct_completion_embeddings(model: torch.nn.Module, dataset: Any, indices:
     Returns:
         :class:`ProblemEmbeddings` of ``len(indices)`` problems.
     """
+    import torch
     from tqdm.auto import tqdm
 
     if getattr(dataset, "kind", None) != "raven":
@@ -210,7 +213,7 @@ def folder_embeddings(model: Any, root: str | Path, splits: Sequence[str] = SPLI
         max_problems: at most this many problems over all splits, each split contributing in proportion to its
             size and every configuration its share (None: all).
     """
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     datasets = [make_dataset(model.config, split, root=root) for split in splits]
     wanted = None if configuration.lower() in ("all", "") else rules.resolve_configuration(configuration)
@@ -432,6 +435,8 @@ def predict_problem(model: Any, dataset: Any, index: int, threshold: float = 0.5
     The rules are decoded with the model's encoding (``model.config.rule_spec``), components named as the problem's
     configuration names them; a rule is predicted when its sigmoid probability exceeds ``threshold``.
     """
+    import torch
+
     sample = dataset[int(index)]
     configuration = dataset.labels.group_names[int(sample["configuration"])]
     encoding = model.config.rule_spec

@@ -238,7 +238,7 @@ def test_02_runs_and_its_controls_redraw_the_augmentation_they_name(tmp_path: Pa
 def _run_test_dataset(run: Path):
     """The test split of a run, in the order and answer permutation the run was evaluated on."""
     from rpm_lib.notebook import open_run
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     files = open_run(run)
     return files, make_dataset(files.config, "test", answer_order="fixed")
@@ -288,7 +288,7 @@ def test_09_runs_and_its_problem_slider_shows_the_model_s_answer_and_rules(tmp_p
 
     from rpm_lib import viz
     from rpm_lib.pretrained import load_pretrained
-    from rpm_lib.training.datamodule import make_dataset
+    from rpm_lib.training.samples import make_dataset
 
     registry = tiny_pretrained_registry(tmp_path / "model")
     parameters = {"model_name": "tiny", "registry": str(registry), "num_per_config": 10, "regimes": ["A/Color"],

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from rpm_lib.run_folder import FINAL_WEIGHTS, METRICS
 from rpm_lib.training import train
 from rpm_lib.training.config import TrainConfig
-from rpm_lib.training.datamodule import make_dataset
+from rpm_lib.training.samples import make_dataset
 from rpm_lib.training.final_weights import WeightsError, load_final_weights, read_final_weights
 
 

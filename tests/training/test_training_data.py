@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from rpm_lib.training.config import TrainConfig
-from rpm_lib.training.datamodule import EpochSampler, RpmDataModule, make_dataset, subset_positions
+from rpm_lib.training.datamodule import RpmDataModule
+from rpm_lib.training.samples import EpochSampler, make_dataset, subset_positions
 from rpm_lib.training.plans import stage_plan
 
 
