@@ -132,3 +132,21 @@ def test_rpm_batch_s_own_processes_read_configs_and_plan_stages_without_torch():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout[-2000:]
+
+
+def test_notebook_figures_load_no_torch_and_their_dataset_reads_no_lightning():
+    # Notebooks 06-08 only draw from run records; 04 and 05 read a run's test split. A kernel that imports torch
+    # without need spends 2 s of start-up on it, one that imports Lightning 6 s.
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from rpm_lib import notebook, results, rules, viz\n"
+              "from rpm_lib.results import claims\n"
+              "figures = sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'lightning'))\n"
+              "from rpm_lib.training.samples import make_dataset\n"
+              "reads = sorted(name for name in sys.modules if name.split('.')[0] == 'lightning')\n"
+              "print(figures, reads)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[] []", done.stdout[-2000:]
