@@ -115,38 +115,41 @@ def test_the_graph_sees_imports_inside_functions_and_through_packages():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_rpm_batch_s_own_processes_read_configs_and_plan_stages_without_torch():
-    # rpm-batch's own process reads every run's config for its live progress, and `rpm-batch status` only reads; a
-    # SLURM task only starts its cell's kernel. torch cost each of them 2 s of start-up (Lightning 6 s).
+#: Prepended to the scripts below: ``loaded(*packages)`` names the modules of those packages the script has imported.
+_LOADED = "import sys\ndef loaded(*packages):\n    return sorted(m for m in sys.modules if m.split('.')[0] in packages)\n"
+
+
+def _printed_by_a_fresh_interpreter(script: str) -> str:
+    """What ``script`` (after :data:`_LOADED`) prints in a new Python process: this one has imported everything."""
     import subprocess
     import sys
 
-    script = ("import sys\n"
-              "from rpm_lib.batch import cli, local, slurm, slurm_task\n"
-              "from rpm_lib.training import TrainConfig, stage_plan\n"
-              "from rpm_lib.training.plans import trained_objectives\n"
-              "config = TrainConfig(setup='mlcl_aug', finetune=True, answer_loss='copinet_contrast')\n"
-              "assert [plan.name for plan in stage_plan(config)] == ['pretrain', 'linear', 'finetune']\n"
-              "assert 'mlcl' in trained_objectives(config)\n"
-              "print(sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'lightning')))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", _LOADED + script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]", done.stdout[-2000:]
+    return done.stdout.strip()
+
+
+def test_rpm_batch_s_own_processes_read_configs_and_plan_stages_without_torch():
+    # rpm-batch's own process reads every run's config for its live progress, and `rpm-batch status` only reads; a
+    # SLURM task only starts its cell's kernel. torch cost each of them 2 s of start-up (Lightning 6 s).
+    printed = _printed_by_a_fresh_interpreter(
+        "from rpm_lib.batch import cli, local, slurm, slurm_task\n"
+        "from rpm_lib.training import TrainConfig, stage_plan\n"
+        "from rpm_lib.training.plans import trained_objectives\n"
+        "config = TrainConfig(setup='mlcl_aug', finetune=True, answer_loss='copinet_contrast')\n"
+        "assert [plan.name for plan in stage_plan(config)] == ['pretrain', 'linear', 'finetune']\n"
+        "assert 'mlcl' in trained_objectives(config)\n"
+        "print(loaded('torch', 'lightning'))\n")
+    assert printed == "[]", printed[-2000:]
 
 
 def test_notebook_figures_load_no_torch_and_their_dataset_reads_no_lightning():
     # Notebooks 06-08 only draw from run records; 04 and 05 read a run's test split. A kernel that imports torch
     # without need spends 2 s of start-up on it, one that imports Lightning 6 s.
-    import subprocess
-    import sys
-
-    script = ("import sys\n"
-              "from rpm_lib import notebook, results, rules, viz\n"
-              "from rpm_lib.results import claims\n"
-              "figures = sorted(name for name in sys.modules if name.split('.')[0] in ('torch', 'lightning'))\n"
-              "from rpm_lib.training.samples import make_dataset\n"
-              "reads = sorted(name for name in sys.modules if name.split('.')[0] == 'lightning')\n"
-              "print(figures, reads)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[] []", done.stdout[-2000:]
+    printed = _printed_by_a_fresh_interpreter(
+        "from rpm_lib import notebook, results, rules, viz\n"
+        "from rpm_lib.results import claims\n"
+        "figures = loaded('torch', 'lightning')\n"
+        "from rpm_lib.training.samples import make_dataset\n"
+        "print(figures, loaded('lightning'))\n")
+    assert printed == "[] []", printed[-2000:]
